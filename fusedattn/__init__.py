@@ -1,0 +1,16 @@
+"""fusedattn: fused attention for PyTorch, written in Python with Triton and Gluon.
+
+    out = fusedattn.attention(q, k, v, causal=True)      # q (batch, seqlen, heads, head_dim)
+    out = fusedattn.sdpa(query, key, value)              # torch SDPA's layout and conventions
+    print(fusedattn.explain(q, k, v))                     # which backend runs, and why
+
+See README.md for the backends, the causal-mask convention and the measured speed.
+"""
+
+from .api import Explanation, attention, available_backends, explain, sdpa
+from .backends import PREFERENCE as BACKEND_NAMES
+
+__version__ = "0.1.0"
+
+__all__ = ["attention", "sdpa", "explain", "available_backends", "Explanation", "BACKEND_NAMES",
+           "__version__"]

@@ -1,0 +1,240 @@
+"""The public API: :func:`attention`, :func:`sdpa`, :func:`explain`, :func:`available_backends`.
+
+Every argument is checked here, before any kernel runs; an error names the argument and says what
+was expected. The backend is chosen here too, and the call then goes through the custom ops of
+:mod:`fusedattn.ops`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from . import ops
+from .backends import BACKENDS, PREFERENCE, Problem, device_capability, resolve
+
+__all__ = ["attention", "sdpa", "explain", "available_backends", "Explanation"]
+
+MAX_HEAD_DIM = 256
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+CAUSAL_DIAGRAM = """\
+    causal=True is aligned to the bottom-right corner (as in FlashAttention): query row i sees key j
+    iff j <= i + (seqlen_k - seqlen_q). With seqlen_q = seqlen_k this is the usual lower triangle.
+
+        seqlen_q = 2, seqlen_k = 5             seqlen_q = 5, seqlen_k = 2
+               k0 k1 k2 k3 k4                         k0 k1
+          q0    1  1  1  1  0                    q0    0  0   <- sees no key: output 0, lse -inf
+          q1    1  1  1  1  1                    q1    0  0
+                                                 q2    0  0
+                                                 q3    1  0
+                                                 q4    1  1
+"""
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _check_inputs(q, k, v, causal, softmax_scale, backend) -> None:
+    """Raise TypeError / ValueError naming the offending argument; nothing is modified."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    layouts = {"q": "(batch, seqlen_q, heads, head_dim)", "k": "(batch, seqlen_k, kv_heads, head_dim)",
+               "v": "(batch, seqlen_k, kv_heads, head_dim)"}
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions {layouts[name]}, "
+                             f"got {t.dim()} dimensions with shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError("q, k and v must have the same dtype, got "
+                        f"q {_dtype_name(q.dtype)}, k {_dtype_name(k.dtype)}, v {_dtype_name(v.dtype)}")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"q, k and v have dtype {_dtype_name(q.dtype)}; expected one of "
+                        + ", ".join(_dtype_name(d) for d in SUPPORTED_DTYPES))
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on the same device, got q on {q.device}, "
+                         f"k on {k.device}, v on {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape (batch, seqlen_k, kv_heads, head_dim), "
+                         f"got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    b, _, h, d = q.shape
+    if k.shape[0] != b:
+        raise ValueError(f"k and v have batch {k.shape[0]} but q has batch {b}; they must match")
+    if k.shape[3] != d:
+        raise ValueError(f"k and v have head_dim {k.shape[3]} but q has head_dim {d}; they must match")
+    hk = k.shape[2]
+    if hk == 0 or h == 0 or h % hk != 0:
+        raise ValueError(f"q's heads ({h}) must be a positive multiple of k and v's kv_heads ({hk}) "
+                         "(MHA: equal; GQA: a multiple; MQA: kv_heads = 1)")
+    if d == 0 or d % 8 != 0 or d > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be a multiple of 8 between 8 and {MAX_HEAD_DIM}, got {d}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if softmax_scale is not None:
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+            raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
+        if not math.isfinite(softmax_scale):
+            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a string, got {type(backend).__name__}")
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"backend must be 'auto' or one of {', '.join(repr(n) for n in PREFERENCE)}, "
+                         f"got {backend!r}")
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
+              softmax_scale: float | None = None, return_lse: bool = False,
+              backend: str = "auto") -> Tensor | tuple[Tensor, Tensor]:
+    """softmax(q k^T * softmax_scale) v, fused: the seqlen_q x seqlen_k scores never reach memory.
+
+    Args:
+        q: (batch, seqlen_q, heads, head_dim), float16 / bfloat16 (float32 / float64 run on the
+            reference backend only).
+        k, v: (batch, seqlen_k, kv_heads, head_dim), same dtype and device as q. heads must be a
+            multiple of kv_heads: MHA (equal), GQA, MQA (kv_heads = 1). Query head h reads kv head
+            h // (heads // kv_heads). head_dim is a multiple of 8, at most 256. Any strides.
+        causal: mask future keys; see the diagram below.
+        softmax_scale: defaults to 1 / sqrt(head_dim).
+        return_lse: also return the logsumexp of each score row.
+        backend: "auto" (the fastest that can take the inputs; see :func:`explain`), "hopper",
+            "triton" or "reference". A named backend that cannot take the inputs raises ValueError
+            saying why; nothing falls back silently.
+
+    Returns:
+        out, (batch, seqlen_q, heads, head_dim) in q's dtype; with ``return_lse=True`` also the
+        logsumexp, float32 (batch, heads, seqlen_q), natural log. Differentiable in q, k and v (and
+        through the logsumexp). seqlen_k = 0 gives zeros and a logsumexp of -inf.
+
+    """
+    _check_inputs(q, k, v, causal, softmax_scale, backend)
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    fwd_name, bwd_name = resolve(Problem.of(q, k, causal), backend)
+    out, lse = ops.forward(q, k, v, causal, scale, fwd_name, bwd_name)
+    return (out, lse) if return_lse else out
+
+
+attention.__doc__ += "\n" + CAUSAL_DIAGRAM
+
+
+def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+         dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+         enable_gqa: bool = False) -> Tensor:
+    """A drop-in for ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Same arguments and layout: query (batch, heads, seqlen_q, head_dim), key and value
+    (batch, kv_heads, seqlen_k, head_dim); returns (batch, heads, seqlen_q, head_dim). ``is_causal``
+    follows PyTorch's convention, aligned to the top-left corner (query i sees key j iff j <= i),
+    which differs from :func:`attention`'s bottom-right alignment when seqlen_q != seqlen_k.
+    What fusedattn does not compute raises NotImplementedError rather than computing something
+    else: an ``attn_mask`` and ``dropout_p > 0``. Only 4-dimensional inputs are accepted.
+    """
+    if attn_mask is not None:
+        raise NotImplementedError("fusedattn.sdpa does not support attn_mask (an arbitrary mask); "
+                                  "use is_causal=True for causal masking, or "
+                                  "torch.nn.functional.scaled_dot_product_attention")
+    if dropout_p != 0.0:
+        raise NotImplementedError(f"fusedattn.sdpa does not support dropout, got dropout_p={dropout_p}; "
+                                  "pass dropout_p=0.0")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions (batch, heads, seqlen, head_dim), got "
+                             f"shape {tuple(t.shape)}")
+    if not enable_gqa and query.shape[1] != key.shape[1]:
+        raise ValueError(f"query has {query.shape[1]} heads and key {key.shape[1]}: pass "
+                         "enable_gqa=True for grouped-query attention")
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+    sq, sk = q.shape[1], k.shape[1]
+    if not is_causal or sq == sk:
+        out = attention(q, k, v, causal=bool(is_causal), softmax_scale=scale)
+    elif sq < sk:
+        # Top-left: no query sees a key at or past position seqlen_q, so the call is the square
+        # causal problem on the first seqlen_q keys (where both alignments agree).
+        _check_inputs(q, k, v, True, scale, "auto")
+        out = attention(q, k[:, :sq], v[:, :sq], causal=True, softmax_scale=scale)
+    else:
+        # Top-left with more queries than keys: the first seqlen_k rows are the square causal
+        # problem; every later row sees all keys.
+        _check_inputs(q, k, v, True, scale, "auto")
+        head = attention(q[:, :sk], k, v, causal=True, softmax_scale=scale)
+        tail = attention(q[:, sk:], k, v, causal=False, softmax_scale=scale)
+        out = torch.cat([head, tail], dim=1)
+    return out.transpose(1, 2)
+
+
+@dataclass
+class Explanation:
+    """What ``backend="auto"`` (or a named backend) would do with a call, and why.
+
+    ``forward`` and ``backward`` are the chosen backend names (None when the request cannot be
+    served; ``error`` then says why); ``reasons`` maps every backend to None (can take the call) or
+    the reason it cannot. ``str()`` gives the report.
+    """
+
+    inputs: str
+    requested: str
+    forward: str | None
+    backward: str | None
+    reasons: dict = field(default_factory=dict)
+    error: str | None = None
+
+    def __str__(self) -> str:
+        lines = [f"fusedattn: {self.inputs}"]
+        if self.forward is None:
+            lines.append(f"backend={self.requested!r} cannot run this call: {self.error}")
+        else:
+            how = "picked by backend='auto'" if self.requested == "auto" else "as requested"
+            lines.append(f"forward runs on '{self.forward}' ({how}); backward runs on '{self.backward}'"
+                         + ("" if self.forward == self.backward else
+                            f" because '{self.forward}' has no backward pass"))
+        lines.append("backends, fastest first:")
+        for name in PREFERENCE:
+            why = self.reasons[name]
+            verdict = "can run it" if why is None else f"cannot: {why}"
+            lines.append(f"  {name:<10} {verdict}  [{BACKENDS[name].summary}]")
+        return "\n".join(lines)
+
+
+def _describe(q: Tensor, k: Tensor, causal: bool) -> str:
+    dev = str(q.device)
+    cap = device_capability(q.device)
+    if cap is not None:
+        dev += f" ({torch.cuda.get_device_name(q.device)}, sm_{cap[0]}{cap[1]})"
+    b, sq, h, d = q.shape
+    return (f"batch {b}, seqlen_q {sq}, seqlen_k {k.shape[1]}, heads {h}, kv_heads {k.shape[2]}, "
+            f"head_dim {d}, {_dtype_name(q.dtype)} on {dev}, causal={causal}")
+
+
+def explain(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, softmax_scale: float | None = None,
+            backend: str = "auto") -> Explanation:
+    """Which backend :func:`attention` would use for these inputs, and why each other could or could not.
+
+    Takes the same arguments as :func:`attention` (the tensors are only inspected, never computed
+    on) and returns an :class:`Explanation`; ``print()`` it for a readable report. Invalid inputs
+    raise the same errors as :func:`attention`.
+    """
+    _check_inputs(q, k, v, causal, softmax_scale, backend)
+    p = Problem.of(q, k, causal)
+    reasons = {name: BACKENDS[name].why_not(p) for name in PREFERENCE}
+    try:
+        fwd, bwd = resolve(p, backend)
+        error = None
+    except ValueError as e:
+        fwd = bwd = None
+        error = str(e)
+    return Explanation(_describe(q, k, causal), backend, fwd, bwd, reasons, error)
+
+
+def available_backends(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False) -> list[str]:
+    """The backends able to run these inputs, fastest first."""
+    _check_inputs(q, k, v, causal, None, "auto")
+    p = Problem.of(q, k, causal)
+    return [name for name in PREFERENCE if BACKENDS[name].why_not(p) is None]

@@ -1,0 +1,177 @@
+"""Readable PyTorch references for attention. They run on any device.
+
+Two things live here:
+
+* :func:`attention_oracle` -- the float64 oracle: plain ``softmax(Q K^T * scale) V``, the whole score
+  matrix materialised. Tests and benchmarks judge every kernel against it.
+* :func:`attention_forward` / :func:`attention_backward` -- the seed's algorithm written out in
+  PyTorch: a loop over key blocks with a running row max and row sum, one normalisation at the end,
+  and the logsumexp out; the backward recomputes the probabilities block by block from that
+  logsumexp. Memory stays O(seqlen * block): nothing of size seqlen_q x seqlen_k is allocated.
+  This is the ``reference`` backend of :func:`fusedattn.attention`, the executable specification
+  that the kernels follow.
+
+Layout: q is (batch, seqlen_q, heads, head_dim); k and v are (batch, seqlen_k, kv_heads, head_dim);
+query head h reads kv head h // (heads // kv_heads). The causal mask is aligned to the bottom-right
+corner: query i sees key j iff j <= i + (seqlen_k - seqlen_q). A query row that sees no key gets an
+output of zeros and a logsumexp of -inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = [
+    "attention_oracle",
+    "attention_forward",
+    "attention_backward",
+    "causal_visible",
+]
+
+# Key-block width of the blockwise reference. Any value gives the same result up to rounding; 128
+# keeps the per-block score tensor small while leaving few Python iterations.
+DEFAULT_BLOCK = 128
+
+
+def causal_visible(seqlen_q: int, seqlen_k: int, key_start: int = 0, key_end: int | None = None,
+                   device=None) -> torch.Tensor:
+    """Boolean (seqlen_q, key_end - key_start): True where query i may see key j (bottom-right)."""
+    key_end = seqlen_k if key_end is None else key_end
+    rows = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
+    cols = torch.arange(key_start, key_end, device=device)[None, :]
+    return cols <= rows
+
+
+def _scale(softmax_scale: float | None, head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+
+
+def _grouped(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(batch, seqlen_q, heads, d) -> (batch, kv_heads, group, seqlen_q, d), a view: no copy."""
+    b, s, h, d = q.shape
+    return q.view(b, s, kv_heads, h // kv_heads, d).permute(0, 2, 3, 1, 4)
+
+
+def _ungrouped(x: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`_grouped`: (batch, kv_heads, group, seqlen, d) -> (batch, seqlen, heads, d)."""
+    b, hk, g, s, d = x.shape
+    return x.permute(0, 3, 1, 2, 4).reshape(b, s, hk * g, d)
+
+
+def _kv(x: torch.Tensor) -> torch.Tensor:
+    """(batch, seqlen_k, kv_heads, d) -> (batch, kv_heads, 1, seqlen_k, d): broadcasts over the group."""
+    return x.permute(0, 2, 1, 3).unsqueeze(2)
+
+
+def attention_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                     softmax_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 oracle: materialises the full score matrix. For tests and small problems only.
+
+    Returns ``(out, lse)`` in float64: out (batch, seqlen_q, heads, head_dim) and the natural-log
+    logsumexp (batch, heads, seqlen_q), -inf on rows that see no key.
+    """
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    scale = _scale(softmax_scale, d)
+    qg = _grouped(q.to(torch.float64), hk)                    # (b, hk, g, sq, d)
+    kg, vg = _kv(k.to(torch.float64)), _kv(v.to(torch.float64))  # (b, hk, 1, sk, d)
+    s = torch.matmul(qg, kg.transpose(-1, -2)) * scale        # (b, hk, g, sq, sk)
+    if causal:
+        s = s.masked_fill(~causal_visible(sq, sk, device=q.device), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)                          # -inf where a row sees nothing
+    finite = torch.isfinite(lse)
+    p = torch.exp(s - torch.where(finite, lse, 0.0)[..., None])
+    p = torch.where(finite[..., None], p, 0.0)
+    out = torch.matmul(p, vg)                                 # (b, hk, g, sq, d)
+    return _ungrouped(out), lse.reshape(b, h, sq)
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                      softmax_scale: float | None = None, block: int = DEFAULT_BLOCK,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The running-softmax forward, one key block at a time (the seed's sketch, in PyTorch).
+
+    Accumulates in float32 (float64 for float64 inputs). Returns ``(out, lse)``: out in q's dtype,
+    lse float32 (batch, heads, seqlen_q).
+    """
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    scale = _scale(softmax_scale, d)
+    acc = _acc_dtype(q.dtype)
+    qg = _grouped(q, hk).to(acc)                               # (b, hk, g, sq, d)
+    kg, vg = _kv(k), _kv(v)                                    # (b, hk, 1, sk, d), input dtype
+    g = h // hk
+    m = torch.full((b, hk, g, sq), float("-inf"), dtype=acc, device=q.device)  # running row max
+    l = torch.zeros((b, hk, g, sq), dtype=acc, device=q.device)              # running row sum
+    o = torch.zeros((b, hk, g, sq, d), dtype=acc, device=q.device)           # unnormalised output
+    for start in range(0, sk, block):
+        end = min(start + block, sk)
+        if causal and start > (sq - 1) + (sk - sq):
+            break  # this key block and all later ones are invisible to every query row
+        s = torch.matmul(qg, kg[..., start:end, :].to(acc).transpose(-1, -2)) * scale
+        if causal:
+            s = s.masked_fill(~causal_visible(sq, sk, start, end, device=q.device), float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        # A row that has seen only masked keys so far has m_new = -inf; measure it from 0 instead so
+        # that exp(-inf - (-inf)) never produces NaN. Its p and alpha are then exactly 0.
+        m_ref = torch.where(torch.isfinite(m_new), m_new, 0.0)
+        alpha = torch.exp(m - m_ref)                           # rescale factor of the old state
+        p = torch.exp(s - m_ref[..., None])
+        l = alpha * l + p.sum(dim=-1)
+        o = alpha[..., None] * o + torch.matmul(p, vg[..., start:end, :].to(acc))
+        m = m_new
+    seen = l > 0
+    o = o / torch.where(seen, l, 1.0)[..., None]               # the one normalisation
+    lse = torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), float("-inf"))
+    return _ungrouped(o).to(q.dtype), lse.reshape(b, h, sq).to(torch.float32)
+
+
+def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       out: torch.Tensor, lse: torch.Tensor, causal: bool = False,
+                       softmax_scale: float | None = None, dlse: torch.Tensor | None = None,
+                       block: int = DEFAULT_BLOCK) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The matching backward, one key block at a time, recomputing P from the logsumexp.
+
+    With D = rowsum(dO * O):  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = dS K * scale,
+    dK = dS^T Q * scale. ``dlse`` (optional, (batch, heads, seqlen_q)) is the gradient reaching the
+    logsumexp output; since d lse / d S = P it enters as dS = P * (dP - D + dlse).
+    Returns (dq, dk, dv) in the inputs' dtypes; dk and dv are summed over each GQA group.
+    """
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    g = h // hk
+    scale = _scale(softmax_scale, d)
+    acc = _acc_dtype(q.dtype)
+    qg = _grouped(q, hk).to(acc)
+    dog = _grouped(dout, hk).to(acc)
+    delta = (dog * _grouped(out, hk).to(acc)).sum(dim=-1)     # D, (b, hk, g, sq)
+    if dlse is not None:
+        delta = delta - dlse.reshape(b, hk, g, sq).to(acc)
+    # A row that saw no key has lse = -inf; using +inf makes its P exactly 0 instead of NaN.
+    lse_g = lse.reshape(b, hk, g, sq).to(acc)
+    lse_g = torch.where(torch.isfinite(lse_g), lse_g, float("inf"))
+    kg, vg = _kv(k), _kv(v)
+    dq = torch.zeros_like(qg)
+    dk = torch.zeros((b, sk, hk, d), dtype=acc, device=q.device)
+    dv = torch.zeros((b, sk, hk, d), dtype=acc, device=q.device)
+    for start in range(0, sk, block):
+        end = min(start + block, sk)
+        kb = kg[..., start:end, :].to(acc)                     # (b, hk, 1, n, d)
+        vb = vg[..., start:end, :].to(acc)
+        s = torch.matmul(qg, kb.transpose(-1, -2)) * scale     # (b, hk, g, sq, n)
+        if causal:
+            s = s.masked_fill(~causal_visible(sq, sk, start, end, device=q.device), float("-inf"))
+        p = torch.exp(s - lse_g[..., None])
+        dp = torch.matmul(dog, vb.transpose(-1, -2))
+        ds = p * (dp - delta[..., None])
+        dq += torch.matmul(ds, kb) * scale
+        # Sum the group's query heads into their shared kv head: (b, hk, n, d) -> (b, n, hk, d).
+        dv[:, start:end] = torch.matmul(p.transpose(-1, -2), dog).sum(dim=2).transpose(1, 2)
+        dk[:, start:end] = (torch.matmul(ds.transpose(-1, -2), qg).sum(dim=2) * scale).transpose(1, 2)
+    return _ungrouped(dq).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)

@@ -1,0 +1,210 @@
+"""The public API: argument checking, conventions, sdpa, explain, custom ops and torch.compile.
+
+These run on the CPU with the reference backend (and the Triton interpreter where noted)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusedattn
+from fusedattn.reference import attention_oracle
+
+from helpers import finite_or_zero
+
+
+def qkv(b=2, sq=9, sk=13, h=4, hk=2, d=16, dtype=torch.float32, requires_grad=False):
+    q = torch.randn(b, sq, h, d, dtype=dtype, requires_grad=requires_grad)
+    k = torch.randn(b, sk, hk, d, dtype=dtype, requires_grad=requires_grad)
+    v = torch.randn(b, sk, hk, d, dtype=dtype, requires_grad=requires_grad)
+    return q, k, v
+
+
+# --- errors: each names the argument and what was expected ------------------------------------
+
+@pytest.mark.parametrize("make, match", [
+    (lambda q, k, v: (q[0], k, v), r"q must have 4 dimensions \(batch, seqlen_q, heads, head_dim\)"),
+    (lambda q, k, v: (q, k[..., None], v), r"k must have 4 dimensions"),
+    (lambda q, k, v: (q, k, v.double()), r"same dtype.*q float32, k float32, v float64"),
+    (lambda q, k, v: (q.int(), k.int(), v.int()), r"dtype int32; expected one of float16"),
+    (lambda q, k, v: (q, k[:1], v[:1]), r"k and v have batch 1 but q has batch 2"),
+    (lambda q, k, v: (q, k[..., :8], v[..., :8]), r"head_dim 8 but q has head_dim 16"),
+    (lambda q, k, v: (q, k, v[:, :5]), r"k and v must have the same shape"),
+    (lambda q, k, v: (q[:, :, :3], k, v), r"heads \(3\) must be a positive multiple of k and v's kv_heads \(2\)"),
+    (lambda q, k, v: (q[..., :12], k[..., :12], v[..., :12]), r"head_dim must be a multiple of 8 .* got 12"),
+    (lambda q, k, v: (torch.randn(1, 2, 1, 264), torch.randn(1, 2, 1, 264), torch.randn(1, 2, 1, 264)),
+     r"at most|between 8 and 256, got 264"),
+    (lambda q, k, v: (q.tolist(), k, v), r"q must be a torch.Tensor, got list"),
+    (lambda q, k, v: (q, k, v.to("meta")), r"same device, got q on cpu, k on cpu, v on meta"),
+])
+def test_bad_inputs_raise_clear_errors(make, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        fusedattn.attention(*make(*qkv()))
+
+
+def test_bad_options_raise_clear_errors():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="causal must be a bool, got str"):
+        fusedattn.attention(q, k, v, causal="yes")
+    with pytest.raises(ValueError, match="softmax_scale must be finite"):
+        fusedattn.attention(q, k, v, softmax_scale=float("nan"))
+    with pytest.raises(ValueError, match="backend must be 'auto' or one of 'hopper', 'triton', 'reference', got 'cuda'"):
+        fusedattn.attention(q, k, v, backend="cuda")
+    with pytest.raises(ValueError, match=r"backend='hopper' cannot take these inputs: .*float32"):
+        fusedattn.attention(q, k, v, backend="hopper")
+    with pytest.raises(ValueError, match=r"backend='triton' cannot take these inputs: it supports float16, bfloat16, not float32"):
+        fusedattn.attention(q, k, v, backend="triton")
+
+
+def test_errors_come_before_any_computation():
+    q, k, v = qkv(d=12)
+    with pytest.raises(ValueError):
+        fusedattn.attention(q, k, v, backend="no-such")  # head_dim is checked first, then backend
+    assert q.grad is None
+
+
+# --- conventions -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq, sk", [(9, 13), (13, 9), (1, 7), (8, 8)])
+def test_matches_oracle_with_lse(causal, sq, sk):
+    q, k, v = qkv(sq=sq, sk=sk)
+    out, lse = fusedattn.attention(q, k, v, causal=causal, return_lse=True, softmax_scale=0.3)
+    ref_out, ref_lse = attention_oracle(q, k, v, causal, 0.3)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (2, 4, sq) and lse.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref_out, rtol=0, atol=1e-5)
+    torch.testing.assert_close(finite_or_zero(lse).double(), finite_or_zero(ref_lse), rtol=0, atol=1e-5)
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+
+
+def test_default_scale_is_inverse_sqrt_head_dim():
+    q, k, v = qkv()
+    torch.testing.assert_close(fusedattn.attention(q, k, v),
+                               fusedattn.attention(q, k, v, softmax_scale=1 / math.sqrt(16)))
+
+
+def test_seqlen_k_zero_gives_zeros_and_neg_inf_lse():
+    q, k, v = qkv(sk=0, requires_grad=True)
+    out, lse = fusedattn.attention(q, k, v, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+    out.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q))
+
+
+def test_fully_masked_rows_give_zeros_not_nan():
+    q, k, v = qkv(sq=10, sk=3, requires_grad=True)
+    out = fusedattn.attention(q, k, v, causal=True)
+    assert torch.equal(out[:, :7], torch.zeros_like(out[:, :7]))
+    assert not torch.isnan(out).any()
+    out.sum().backward()
+    assert not any(torch.isnan(t.grad).any() for t in (q, k, v))
+
+
+def test_non_contiguous_inputs_and_inputs_untouched():
+    base = torch.randn(2, 4, 11, 32)  # (batch, heads, seqlen, 2 * head_dim): slice + transpose
+    q = base[..., :16].transpose(1, 2)
+    k = torch.randn(2, 2, 11, 16).transpose(1, 2)
+    v = torch.randn(2, 11, 16, 2).transpose(-1, -2)  # head_dim not unit-stride
+    snap = [t.clone() for t in (q, k, v)]
+    out = fusedattn.attention(q, k, v, causal=True)
+    ref = fusedattn.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+    torch.testing.assert_close(out, ref)
+    for before, after in zip(snap, (q, k, v)):
+        assert torch.equal(before, after)
+
+
+def test_gradients_including_through_lse():
+    q, k, v = qkv(requires_grad=True, dtype=torch.float64)
+    out, lse = fusedattn.attention(q, k, v, causal=True, return_lse=True)
+    loss = (out * out).sum() + (lse * torch.linspace(-1, 1, lse.shape[-1], dtype=torch.float64)).sum()
+    grads = torch.autograd.grad(loss, (q, k, v))
+    ref_out, ref_lse = attention_oracle(q, k, v, True)
+    ref_loss = (ref_out * ref_out).sum() + (ref_lse * torch.linspace(-1, 1, lse.shape[-1], dtype=torch.float64)).sum()
+    ref_grads = torch.autograd.grad(ref_loss, (q, k, v))
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)  # lse is float32
+
+
+# --- sdpa: a drop-in for torch's ----------------------------------------------------------------
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("sq, sk", [(7, 7), (5, 12), (12, 5)])
+@pytest.mark.parametrize("gqa", [False, True])
+def test_sdpa_matches_torch(is_causal, sq, sk, gqa):
+    hk = 2 if gqa else 4
+    q = torch.randn(2, 4, sq, 16, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, hk, sk, 16, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, hk, sk, 16, dtype=torch.float64, requires_grad=True)
+    out = fusedattn.sdpa(q, k, v, is_causal=is_causal, scale=0.2, enable_gqa=gqa)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.2, enable_gqa=gqa)
+    torch.testing.assert_close(out, ref)
+    g = torch.autograd.grad(out.sum(), (q, k, v))
+    r = torch.autograd.grad(ref.sum(), (q, k, v))
+    for a, b in zip(g, r):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_refuses_what_it_cannot_do():
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(NotImplementedError, match="attn_mask"):
+        fusedattn.sdpa(q, q, q, attn_mask=torch.ones(4, 4, dtype=torch.bool))
+    with pytest.raises(NotImplementedError, match="dropout"):
+        fusedattn.sdpa(q, q, q, dropout_p=0.1)
+    with pytest.raises(ValueError, match="enable_gqa=True"):
+        fusedattn.sdpa(q, q[:, :1], q[:, :1])
+    with pytest.raises(ValueError, match="query must have 4 dimensions"):
+        fusedattn.sdpa(q[0], q, q)
+
+
+# --- explain -------------------------------------------------------------------------------------
+
+def test_explain_reads_well():
+    q, k, v = qkv(dtype=torch.float16)
+    text = str(fusedattn.explain(q, k, v, causal=True))
+    assert "batch 2, seqlen_q 9, seqlen_k 13, heads 4, kv_heads 2, head_dim 16, float16 on cpu, causal=True" in text
+    assert "forward runs on" in text and "backends, fastest first:" in text
+    assert "hopper     cannot: it runs on Hopper GPUs (sm_90) only, and the inputs are on cpu" in text
+    for name in fusedattn.BACKEND_NAMES:
+        assert f"  {name}" in text
+    bad = fusedattn.explain(q.float(), k.float(), v.float(), backend="triton")
+    assert bad.forward is None and "cannot run this call" in str(bad)
+
+
+def test_available_backends_lists_reference():
+    assert fusedattn.available_backends(*qkv())[-1] == "reference"
+
+
+# --- operator layer -------------------------------------------------------------------------------
+
+def test_opcheck_forward_and_backward():
+    q, k, v = qkv(requires_grad=True)
+    torch.library.opcheck(torch.ops.fusedattn.forward.default,
+                          (q, k, v, True, 0.25, "reference", "reference"))
+    out, lse = torch.ops.fusedattn.forward(q, k, v, True, 0.25, "reference", "reference")
+    dout = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.fusedattn.backward.default,
+                          (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), None,
+                           True, 0.25, "reference"))
+    torch.library.opcheck(torch.ops.fusedattn.backward.default,
+                          (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(),
+                           torch.randn_like(lse), True, 0.25, "reference"))
+
+
+def test_torch_compile_fullgraph_same_result_and_grads():
+    q, k, v = qkv(requires_grad=True)
+    fn = lambda q, k, v: fusedattn.attention(q, k, v, causal=True)  # noqa: E731
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    out, ref = compiled(q, k, v), fn(q, k, v)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    g = torch.autograd.grad(out.sum(), (q, k, v))
+    r = torch.autograd.grad(ref.sum(), (q, k, v))
+    for a, b in zip(g, r):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_torch_compile_inductor_fullgraph():
+    q, k, v = qkv()
+    compiled = torch.compile(lambda q, k, v: fusedattn.attention(q, k, v) * 2, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), fusedattn.attention(q, k, v) * 2)
