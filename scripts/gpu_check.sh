@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One command on a GPU machine: the GPU test grid, compute-sanitizer on small shapes of every
+# kernel configuration, and the foundation timing table. Full logs go to the folder given (default
+# ./out); a short summary is printed last.
+#     bash scripts/gpu_check.sh OUT_DIR        (or: make gpu-check OUT_DIR=...)
+set -uo pipefail
+out=${1:-out}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+[ -x .venv/bin/python ] && py=.venv/bin/python
+export PYTHONUNBUFFERED=1
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+
+echo "== pytest (all tests, GPU included) =="
+$py -m pytest -q -x --no-header -p no:cacheprovider ${PYTEST_ARGS:-tests} > "$out/pytest.log" 2>&1
+pytest_rc=$?
+tail -3 "$out/pytest.log"
+
+san_summary=""
+if command -v compute-sanitizer >/dev/null; then
+  $py scripts/sanitize_cases.py > /dev/null 2>&1  # warm the Triton cache outside the sanitizer
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool =="
+    compute-sanitizer --tool $tool --kernel-name regex:'_attn|hopper|fwd|bwd' --error-exitcode 9 \
+      $py scripts/sanitize_cases.py > "$out/sanitizer-$tool.log" 2>&1
+    rc=$?
+    tail -2 "$out/sanitizer-$tool.log"
+    san_summary+="$tool rc=$rc; "
+  done
+else
+  san_summary="compute-sanitizer not found"
+fi
+
+echo "== timing =="
+$py scripts/foundation_timing.py --out "$out" > "$out/timing.log" 2>&1
+timing_rc=$?
+
+echo
+echo "== summary =="
+echo "pytest rc=$pytest_rc: $(tail -1 "$out/pytest.log")"
+echo "sanitizer: $san_summary"
+cat "$out/foundation_timing.md" 2>/dev/null || tail -20 "$out/timing.log"
+exit $pytest_rc
