@@ -199,6 +199,8 @@ class Explanation:
         for name in PREFERENCE:
             why = self.reasons[name]
             verdict = "can run it" if why is None else f"cannot: {why}"
+            if why is None and not BACKENDS[name].in_auto:
+                verdict += " (experimental: runs only when asked for by name)"
             lines.append(f"  {name:<10} {verdict}  [{BACKENDS[name].summary}]")
         return "\n".join(lines)
 

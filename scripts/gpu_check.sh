@@ -7,23 +7,22 @@ set -uo pipefail
 out=${1:-out}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
-py=${PYTHON:-python3}
-[ -x .venv/bin/python ] && py=.venv/bin/python
+py="env ${PYTHON:-python3}"  # PYTHON may carry VAR=value words (make passes PYTHONPATH)
 export PYTHONUNBUFFERED=1
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 
 echo "== pytest (all tests, GPU included) =="
-$py -m pytest -q -x --no-header -p no:cacheprovider ${PYTEST_ARGS:-tests} > "$out/pytest.log" 2>&1
+$py -m pytest -q --maxfail=30 --no-header -rs -p no:cacheprovider ${PYTEST_ARGS:-tests} > "$out/pytest.log" 2>&1
 pytest_rc=$?
 tail -3 "$out/pytest.log"
 
 san_summary=""
 if command -v compute-sanitizer >/dev/null; then
-  $py scripts/sanitize_cases.py > /dev/null 2>&1  # warm the Triton cache outside the sanitizer
+  $py scripts/sanitize_cases.py ${SANITIZE_BACKENDS:-} > /dev/null 2>&1  # warm the Triton cache outside the sanitizer
   for tool in memcheck racecheck; do
     echo "== compute-sanitizer $tool =="
-    compute-sanitizer --tool $tool --kernel-name regex:'_attn|hopper|fwd|bwd' --error-exitcode 9 \
-      $py scripts/sanitize_cases.py > "$out/sanitizer-$tool.log" 2>&1
+    timeout ${SANITIZER_TIMEOUT:-240} compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 \
+      $py scripts/sanitize_cases.py ${SANITIZE_BACKENDS:-} > "$out/sanitizer-$tool.log" 2>&1
     rc=$?
     tail -2 "$out/sanitizer-$tool.log"
     san_summary+="$tool rc=$rc; "

@@ -1,6 +1,6 @@
 """Small shapes of every GPU backend configuration, for compute-sanitizer (memcheck, racecheck).
 
-    compute-sanitizer --tool memcheck python scripts/sanitize_cases.py
+    compute-sanitizer --tool memcheck python scripts/sanitize_cases.py [BACKEND ...]
 """
 
 import os
@@ -13,7 +13,7 @@ import fusedattn  # noqa: E402
 
 torch.manual_seed(0)
 cases = 0
-for backend in ("triton", "hopper"):
+for backend in sys.argv[1:] or ("triton", "hopper"):
     for dtype in (torch.float16, torch.bfloat16):
         for d in (64, 96, 128, 256):
             for causal in (False, True):

@@ -4,9 +4,12 @@ scripts/gpu_check.sh.
 
 Pass rule (as FlashAttention's test suites): the kernel's max error against the float64 oracle is at
 most 2x the error of plain PyTorch computing the same thing in the same dtype, plus a rounding
-floor (twice the error of merely storing the oracle's value in that dtype). Outputs come from
+floor (twice the error of merely storing the oracle's value in that dtype, plus 1e-5 for float32
+accumulation where plain PyTorch happens to be exact). Outputs come from
 memory that was poisoned with NaN first, so an element the kernel does not write fails the test.
 """
+
+import os
 
 import pytest
 import torch
@@ -23,7 +26,8 @@ HEADS = {"mha": (4, 4), "gqa": (6, 2), "mqa": (4, 1)}
 HEAD_DIMS = [64, 96, 128, 256]
 SEQLENS = [(1, 1), (17, 17), (255, 255), (1000, 1000), (4097, 4097),   # (seqlen_q, seqlen_k)
            (1, 4097), (17, 255), (255, 17), (1000, 4097), (4097, 1000)]
-BACKENDS = ["triton", "hopper"]
+# FUSEDATTN_TEST_BACKENDS=triton restricts the grid to some backends (e.g. while one is in progress).
+BACKENDS = os.environ.get("FUSEDATTN_TEST_BACKENDS", "triton,hopper").split(",")
 
 
 def poison_cuda_allocator():
@@ -33,14 +37,21 @@ def poison_cuda_allocator():
     del blocks
 
 
+# Absolute floor for values that plain PyTorch gets exactly (dq at seqlen_k = 1 is exactly zero,
+# since P = 1 and dP = D) while a kernel accumulating in float32 lands within float32 rounding of
+# them: 1e-5 is 100x below the resolution of fp16 (and 800x below bf16's) at magnitude 1.
+FP32_ACCUMULATION_FLOOR = 1e-5
+
+
 def rounding_floor(ref64, dtype):
+    """Twice the error of merely storing the oracle's values in dtype."""
     return 2 * max_err(ref64.to(dtype), ref64)
 
 
 def check(name, got, plain, ref64, dtype):
     assert not torch.isnan(got).any(), f"{name}: NaN (unwritten or invalid output)"
     err, base = max_err(got, ref64), max_err(plain, ref64)
-    limit = 2 * base + rounding_floor(ref64, dtype) + 1e-6
+    limit = 2 * base + rounding_floor(ref64, dtype) + FP32_ACCUMULATION_FLOOR
     assert err <= limit, f"{name}: max error {err:.3e} > 2 x PyTorch {base:.3e} + floor ({limit:.3e})"
 
 
