@@ -9,8 +9,10 @@ See README.md for the backends, the causal-mask convention and the measured spee
 
 from .api import Explanation, attention, available_backends, explain, sdpa
 from .backends import PREFERENCE as BACKEND_NAMES
+from .fp8 import QuantizedTensor, quantize_fp8
 
 __version__ = "0.1.0"
 
 __all__ = ["attention", "sdpa", "explain", "available_backends", "Explanation", "BACKEND_NAMES",
+           "quantize_fp8", "QuantizedTensor",
            "__version__"]

@@ -1,0 +1,201 @@
+"""Fused FP8 (e4m3) quantiser: optional Hadamard rotation, per-block amax, scale, cast, in one pass.
+
+One program quantises BLOCK_M rows of seqlen of one (batch, head): it loads the (BLOCK_M, head_dim)
+tile, optionally rotates every row (random signs, then a Walsh-Hadamard transform, then
+1/sqrt(hadamard_block)), takes the tile's amax, sets ``scale = amax / 448`` (1.0 for an all-zero
+tile), and stores ``e4m3(clamp(x / scale, -448, 448))`` and the scale. These tiles are the
+"blocks matching the attention kernel's tiles, per head" of FlashAttention-3's block quantisation:
+the FP8 attention kernel reads one Q scale per query tile and one K (V) scale per key tile.
+
+Every step is a fixed sequence of IEEE float32 operations, so the PyTorch version in
+``fusedattn.fp8._quantize_torch`` reproduces the kernel bit for bit (the tests check it):
+
+* the rotation is a butterfly Walsh-Hadamard transform with a fixed stage order (pair distance
+  h = 1, 2, 4, ..., each stage ``(a + b, a - b)``), not a ``tl.dot`` with the rotation matrix:
+  a float32 matrix product's summation order differs between numpy (the interpreter), PyTorch's
+  BLAS and the GPU (where ``tl.dot`` on float32 also defaults to TF32), so its last bits, and then
+  an occasional e4m3 code, would differ. The butterflies also cost d*log2(d) adds instead of d^2 FMAs;
+* the divisions are IEEE round-to-nearest (``tl.math.div_rn``: Triton's plain ``/`` on float32
+  compiles to the approximate ``div.full.f32`` on NVIDIA GPUs);
+* the cast is round-to-nearest-even after a clamp to +-448 (e4m3fn has no infinity; 448 is its
+  largest finite value). On the GPU the cast is the hardware's ``cvt.rn.satfinite.e4m3x2.f32``.
+  Triton 3.6's interpreter converts float32 to fp8 wrongly (it rounds half up and drops the carry
+  into the exponent, so 7.78 becomes 4.0), so under the interpreter the kernel first rounds to the
+  e4m3 grid itself (``_round_to_e4m3_grid``); the cast of an exactly representable value is exact.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_common import CompileSpec, triton_dtype, use_interpreter
+
+__all__ = ["quantize", "compile_specs", "E4M3_MAX"]
+
+E4M3_MAX = 448.0  # largest finite float8_e4m3fn value
+
+
+@triton.jit
+def _round_to_e4m3_grid(y):
+    """Round float32 ``y`` (|y| <= 448) to the nearest e4m3 value, ties to even; keeps the sign of 0.
+
+    Adding and subtracting ``magic = 2**(e + 20)`` (e = the exponent of |y|, at least -6, e4m3's
+    smallest normal exponent) rounds |y| to a multiple of 2**(e - 3), the e4m3 spacing at that
+    exponent (2**-9 for subnormals), with float32's own round-to-nearest-even.
+    """
+    bits = y.to(tl.int32, bitcast=True)
+    a = tl.abs(y)
+    e = a.to(tl.int32, bitcast=True) >> 23            # biased float32 exponent of |y|
+    e = tl.maximum(e, 121)                            # 121 = 127 - 6: e4m3 subnormals share 2**-9
+    magic = ((e + 20) << 23).to(tl.float32, bitcast=True)
+    r = (a + magic) - magic
+    # Put y's sign bit back with integer ops: -r would be computed as 0 - r, which loses -0.0.
+    sign = (bits >> 31) << 31                         # 0 or 0x80000000
+    return (r.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _butterfly(x, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, H: tl.constexpr):
+    """One Walsh-Hadamard stage: columns c and c + H of each aligned 2H block become (a + b, a - b)."""
+    x4 = tl.reshape(x, (BLOCK_M, BLOCK_D // (2 * H), 2, H))
+    a, b = tl.split(tl.permute(x4, (0, 1, 3, 2)))
+    x4 = tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2))
+    return tl.reshape(x4, (BLOCK_M, BLOCK_D))
+
+
+@triton.jit
+def _hadamard_rows(x, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, LOG2_HAD: tl.constexpr):
+    """Unnormalised Walsh-Hadamard transform of each row, over aligned blocks of 2**LOG2_HAD columns.
+
+    Stages with pair distance H = 1, 2, 4, ... (written out: a reshape needs compile-time ints).
+    With LOG2_HAD = log2(BLOCK_D) this is x @ H_d (Sylvester order); fewer stages give the
+    block-diagonal Hadamard used for head dims that are not a power of two.
+    """
+    if LOG2_HAD > 0:
+        x = _butterfly(x, BLOCK_M, BLOCK_D, 1)
+    if LOG2_HAD > 1:
+        x = _butterfly(x, BLOCK_M, BLOCK_D, 2)
+    if LOG2_HAD > 2:
+        x = _butterfly(x, BLOCK_M, BLOCK_D, 4)
+    if LOG2_HAD > 3:
+        x = _butterfly(x, BLOCK_M, BLOCK_D, 8)
+    if LOG2_HAD > 4:
+        x = _butterfly(x, BLOCK_M, BLOCK_D, 16)
+    if LOG2_HAD > 5:
+        x = _butterfly(x, BLOCK_M, BLOCK_D, 32)
+    if LOG2_HAD > 6:
+        x = _butterfly(x, BLOCK_M, BLOCK_D, 64)
+    if LOG2_HAD > 7:
+        x = _butterfly(x, BLOCK_M, BLOCK_D, 128)
+    return x
+
+
+@triton.jit
+def _quantize_fp8_kernel(
+    X, Data, Scales, Signs, TensorScale,
+    stride_xb, stride_xs, stride_xh,
+    stride_db, stride_ds, stride_dh,
+    seqlen, heads, num_blocks, inv_sqrt_had,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    ROTATE: tl.constexpr, LOG2_HAD: tl.constexpr, GIVEN_SCALE: tl.constexpr,
+    ROUND_IN_KERNEL: tl.constexpr,
+):
+    """Grid (num_blocks, batch * heads). Writes Data (e4m3) and, unless GIVEN_SCALE, Scales.
+
+    Scales is float32 (batch, heads, num_blocks), contiguous. With GIVEN_SCALE the tile is scaled by
+    the one float32 at TensorScale (per-tensor mode) and Scales is not written.
+    """
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // heads
+    h = pid_bh % heads
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
+    b = b.to(tl.int64)
+    h = h.to(tl.int64)
+    rows_64 = rows[:, None].to(tl.int64)
+    x_ptrs = X + b * stride_xb + h * stride_xh + rows_64 * stride_xs + cols[None, :]
+    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)      # padding reads 0: amax unchanged
+    if ROTATE:
+        signs = tl.load(Signs + cols, mask=cols < HEAD_DIM, other=0.0)
+        x = _hadamard_rows(x * signs[None, :], BLOCK_M, BLOCK_D, LOG2_HAD) * inv_sqrt_had
+    if GIVEN_SCALE:
+        scale = tl.load(TensorScale)
+    else:
+        amax = tl.max(tl.max(tl.abs(x), 1), 0)
+        scale = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
+        tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
+    y = tl.math.div_rn(x, tl.zeros_like(x) + scale)
+    y = tl.minimum(tl.maximum(y, -448.0), 448.0)
+    if ROUND_IN_KERNEL:
+        y = _round_to_e4m3_grid(y)
+    d_ptrs = Data + b * stride_db + h * stride_dh + rows_64 * stride_ds + cols[None, :]
+    tl.store(d_ptrs, y.to(tl.float8e4nv), mask=mask)
+
+
+def _num_warps(block_m: int, block_d: int) -> int:
+    # Keep the float32 tile at <= 64 values a thread: 128 x 128 on 8 warps, 128 x 256 on 16
+    # (8 warps spill there: 255 registers and 100 bytes in ptxas -v for sm_90a).
+    return max(4, min(16, block_m * block_d // (64 * 32)))
+
+
+def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadamard_block: int,
+             tensor_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the quantiser on x (batch, seqlen, heads, head_dim), unit stride along head_dim.
+
+    signs: float32 (head_dim,) of +-1 to rotate (None: no rotation); hadamard_block: the power of two
+    the Walsh-Hadamard transform spans (ignored without signs). tensor_scale: a float32 tensor of one
+    element to use as every block's scale (per-tensor mode); then the returned scales are that
+    value broadcast. Returns (data float8_e4m3fn (batch, seqlen, heads, head_dim) contiguous,
+    scales float32 (batch, heads, num_blocks)).
+    """
+    bsz, seqlen, heads, head_dim = x.shape
+    num_blocks = triton.cdiv(seqlen, block_size)
+    data = torch.empty((bsz, seqlen, heads, head_dim), dtype=torch.float8_e4m3fn, device=x.device)
+    scales = torch.empty((bsz, heads, num_blocks), dtype=torch.float32, device=x.device)
+    block_d = triton.next_power_of_2(head_dim)
+    rotate = signs is not None
+    log2_had = hadamard_block.bit_length() - 1 if rotate else 0
+    inv_sqrt_had = _inv_sqrt_f32(hadamard_block) if rotate else 1.0
+    dummy = scales  # unused pointer arguments
+    grid = (num_blocks, bsz * heads)
+    _quantize_fp8_kernel[grid](
+        x, data, scales, signs if rotate else dummy,
+        tensor_scale if tensor_scale is not None else dummy,
+        x.stride(0), x.stride(1), x.stride(2),
+        data.stride(0), data.stride(1), data.stride(2),
+        seqlen, heads, num_blocks, inv_sqrt_had,
+        HEAD_DIM=head_dim, BLOCK_M=block_size, BLOCK_D=block_d, ROTATE=rotate, LOG2_HAD=log2_had,
+        GIVEN_SCALE=tensor_scale is not None, ROUND_IN_KERNEL=use_interpreter(x),
+        num_warps=_num_warps(block_size, block_d),
+    )
+    if tensor_scale is not None:
+        scales = tensor_scale.reshape(1, 1, 1).expand(bsz, heads, num_blocks).contiguous()
+    return data, scales
+
+
+def _inv_sqrt_f32(n: int) -> float:
+    """1/sqrt(n) rounded to float32 (as a Python float): the same constant on every path."""
+    return float(torch.tensor(n, dtype=torch.float64).rsqrt().to(torch.float32))
+
+
+def compile_specs(head_dim: int, dtype: torch.dtype, block_size: int = 128, rotate: bool = True,
+                  given_scale: bool = False) -> list[CompileSpec]:
+    """The quantiser's sm_90a compile inputs (for the CPU compile check of the GPU path)."""
+    t = triton_dtype(dtype)
+    block_d = triton.next_power_of_2(head_dim)
+    had = head_dim & -head_dim
+    ptrs = {"X": f"*{t}", "Data": "*fp8e4nv", "Scales": "*fp32", "Signs": "*fp32",
+            "TensorScale": "*fp32"}
+    strides = ["stride_xb", "stride_xs", "stride_xh", "stride_db", "stride_ds", "stride_dh"]
+    constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": block_size, "BLOCK_D": block_d,
+                  "ROTATE": bool(rotate), "LOG2_HAD": (had.bit_length() - 1) if rotate else 0,
+                  "GIVEN_SCALE": bool(given_scale), "ROUND_IN_KERNEL": False}
+    signature = {**ptrs, **{s: "i32" for s in strides}, "seqlen": "i32", "heads": "i32",
+                 "num_blocks": "i32", "inv_sqrt_had": "fp32",
+                 **{name: "constexpr" for name in constexprs}}
+    return [CompileSpec("quantize_fp8", _quantize_fp8_kernel, signature, constexprs,
+                        _num_warps(block_size, block_d), 1, divisible=tuple(ptrs) + tuple(strides))]
