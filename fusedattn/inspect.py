@@ -1,0 +1,165 @@
+"""Resource report of the hopper forward kernel, compiled for sm_90a on any machine (no GPU needed).
+
+    python -m fusedattn.inspect                      # head_dim 128, non-causal, bf16, table config
+    python -m fusedattn.inspect --head-dim 64 --causal --no-pingpong --stages 3
+    python -m fusedattn.inspect --all                # every head dim x causal, one line each
+    python -m fusedattn.inspect --dump DIR           # also write ttgir / ptx / sass there
+
+Reports: threads, register cap at entry and the setmaxnreg count of each role, shared memory,
+stack / spills (ptxas -v), and the counts in PTX of wgmma.mma_async, setmaxnreg,
+cp.async.bulk.tensor and mbarrier.try_wait (plus HGMMA in SASS).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SMEM_LIMIT = 227 * 1024  # per-block opt-in shared memory on sm_90
+
+PTX_COUNTS = ("wgmma.mma_async", "setmaxnreg", "cp.async.bulk.tensor", "mbarrier.try_wait",
+              "ld.local", "st.local")
+
+
+def _tool(name: str) -> str:
+    import triton
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def ptxas_report(ptx: str) -> dict:
+    """Run the ptxas bundled with triton (-v) on the PTX: registers, stack, spills."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        res = subprocess.run([_tool("ptxas"), "-arch=sm_90a", "-v", path, "-o", os.devnull],
+                             capture_output=True, text=True)
+    text = res.stdout + res.stderr
+    out = {"ptxas_ok": res.returncode == 0, "ptxas_text": text}
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    if m:
+        out.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+    m = re.search(r"Used (\d+) registers", text)
+    if m:
+        out["registers_at_entry"] = int(m.group(1))
+    out["c7508_setmaxnreg_ignored"] = "C7508" in text
+    return out
+
+
+def sass_counts(cubin: bytes) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        res = subprocess.run([_tool("cuobjdump"), "--dump-sass", path], capture_output=True, text=True)
+    sass = res.stdout
+    return {"sass": sass, "HGMMA": sass.count("HGMMA"), "USETMAXREG": sass.count("USETMAXREG"),
+            "LDL": len(re.findall(r"\bLDL\b", sass)), "STL": len(re.findall(r"\bSTL\b", sass))}
+
+
+def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", **overrides) -> dict:
+    """Compile for sm_90a and collect the resource figures (a dict; see the module docstring)."""
+    from fusedattn.kernels import hopper_fwd as H
+
+    cfg = H.get_config(head_dim, **overrides)
+    kernel = H.compile_sm90(head_dim, causal, dtype, cfg)
+    ptx = kernel.asm["ptx"]
+    regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
+    maxnreg = re.search(r"\.maxnreg\s+(\d+)", ptx)
+    reqntid = re.search(r"\.reqntid\s+(\d+)", ptx)
+    rep = {
+        "head_dim": head_dim, "causal": causal, "dtype": dtype, "config": dataclasses.asdict(cfg),
+        "target_sm_90a": ".target sm_90a" in ptx,
+        "threads": int(reqntid.group(1)) if reqntid else None,
+        "maxnreg_at_entry": int(maxnreg.group(1)) if maxnreg else None,
+        # The producer decrements to PRODUCER_REGS, consumer warpgroup 1 increments to
+        # CONSUMER_REGS, the default partition (consumer warpgroup 0) settles at what is left.
+        "setmaxnreg_values": sorted({int(v) for _, v in regs}),
+        "setmaxnreg_dec": sorted({int(v) for k, v in regs if k == "dec"}),
+        "setmaxnreg_inc": sorted({int(v) for k, v in regs if k == "inc"}),
+        "producer_regs": cfg.producer_regs, "consumer_regs": cfg.consumer_regs,
+        "shared_bytes": kernel.metadata.shared, "shared_limit": SMEM_LIMIT,
+        "ptx_counts": {k: ptx.count(k) for k in PTX_COUNTS},
+        "_kernel": kernel,
+    }
+    rep.update({k: v for k, v in ptxas_report(ptx).items() if k != "ptxas_text"})
+    sc = sass_counts(kernel.asm["cubin"])
+    rep["sass_counts"] = {k: v for k, v in sc.items() if k != "sass"}
+    return rep
+
+
+def format_report(r: dict) -> str:
+    c = r["config"]
+    lines = [
+        f"hopper fwd  head_dim={r['head_dim']} causal={r['causal']} dtype={r['dtype']}  "
+        f"BLOCK_M={c['block_m']} BLOCK_N={c['block_n']} stages={c['num_stages']} "
+        f"overlap={c['overlap']} pingpong={c['pingpong']}",
+        f"  target sm_90a: {r['target_sm_90a']}   threads: {r['threads']} "
+        f"(2 consumer warpgroups + 1 producer warp in its own warpgroup)",
+        f"  registers: cap at entry {r['maxnreg_at_entry']} (ptxas used {r.get('registers_at_entry')}); "
+        f"setmaxnreg producer {r['producer_regs']}, consumer wg1 {r['consumer_regs']}, "
+        f"all values in PTX {r['setmaxnreg_values']}",
+        f"  shared memory: {r['shared_bytes']} B ({r['shared_bytes'] / 1024:.1f} KB of "
+        f"{r['shared_limit'] // 1024} KB)",
+        f"  stack {r.get('stack')} B, spill stores {r.get('spill_stores')} B, "
+        f"spill loads {r.get('spill_loads')} B, setmaxnreg ignored (C7508): "
+        f"{r['c7508_setmaxnreg_ignored']}",
+        "  PTX: " + ", ".join(f"{k} {v}" for k, v in r["ptx_counts"].items()),
+        "  SASS: " + ", ".join(f"{k} {v}" for k, v in r["sass_counts"].items()),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fusedattn.inspect", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--block-m", type=int)
+    ap.add_argument("--block-n", type=int)
+    ap.add_argument("--stages", type=int)
+    ap.add_argument("--no-overlap", action="store_true")
+    ap.add_argument("--no-pingpong", action="store_true")
+    ap.add_argument("--consumer-regs", type=int)
+    ap.add_argument("--all", action="store_true", help="every head dim x causal")
+    ap.add_argument("--dump", metavar="DIR", help="write ttgir, ptx and sass here")
+    a = ap.parse_args(argv)
+    ov = {}
+    for key, val in (("block_m", a.block_m), ("block_n", a.block_n), ("num_stages", a.stages),
+                     ("consumer_regs", a.consumer_regs)):
+        if val is not None:
+            ov[key] = val
+    if a.no_overlap:
+        ov["overlap"] = False
+    if a.no_pingpong:
+        ov["pingpong"] = False
+    combos = ([(d, c) for d in (64, 128, 256) for c in (False, True)] if a.all
+              else [(a.head_dim, a.causal)])
+    ok = True
+    for d, c in combos:
+        r = report(d, c, a.dtype, **ov)
+        print(format_report(r))
+        bad = (r.get("spill_stores", 1) or r.get("spill_loads", 1) or r["shared_bytes"] > SMEM_LIMIT
+               or not r["ptxas_ok"])
+        if bad:
+            ok = False
+            print("  !! spills, shared memory over the limit, or ptxas failed")
+        if a.dump:
+            os.makedirs(a.dump, exist_ok=True)
+            stem = os.path.join(a.dump, f"hopper_fwd_d{d}_{'causal' if c else 'full'}")
+            k = r["_kernel"]
+            for ext in ("ttgir", "ptx"):
+                with open(f"{stem}.{ext}", "w") as f:
+                    f.write(k.asm[ext])
+            with open(f"{stem}.sass", "w") as f:
+                f.write(sass_counts(k.asm["cubin"])["sass"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
