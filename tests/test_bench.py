@@ -1,0 +1,369 @@
+"""The benchmark (python -m fusedattn.bench) on the CPU: the no-GPU path runs and checks against the
+oracle, the float64 references it judges with are exact, the sweep machinery records checks,
+mismatches and errors, --compare works on two small JSON files, and the CLI parses."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import fusedattn
+from fusedattn.bench import cli
+from fusedattn.bench import common as C
+from fusedattn.bench import compare, report
+from fusedattn.bench.impls import Impl, discover, fallback_watch, parse_selection, raise_dynamo_limits
+from fusedattn.bench.speed import SpeedConfig, run_sweep
+from fusedattn.reference import attention_oracle
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_interpreter(monkeypatch):
+    """backend="auto" on the CPU picks the reference backend, as `make bench` does (conftest turns
+    the Triton interpreter on for the kernel tests)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+
+# --- FLOPs and the grid ---------------------------------------------------------------------------
+
+def test_flops_match_the_anchor_convention():
+    # One record of the anchors file: sdpa_flash fwd, hdim 64, seqlen 512, batch 32, heads 32.
+    f = C.attention_flops(32, 32, 512, 512, 64, False, "fwd")
+    assert f == 4 * 32 * 32 * 512 * 512 * 64
+    assert C.tflops(f, 0.2605919986963272) == pytest.approx(263.70524451934574, rel=1e-9)
+    assert C.attention_flops(32, 32, 512, 512, 64, True, "fwd") == f / 2
+    assert C.attention_flops(32, 32, 512, 512, 64, True, "bwd") == 2.5 * f / 2
+    # causal with seqlen_q != seqlen_k counts the visible pairs of the bottom-right mask
+    assert C.visible_pairs(2, 5, True) == 4 + 5
+    assert C.visible_pairs(5, 2, True) == 0 + 0 + 0 + 1 + 2
+    assert C.grid_shape(512, 64) == (32, 32) and C.grid_shape(16384, 256) == (1, 8)
+
+
+# --- the float64 references -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("sq, sk, h, hk", [(37, 53, 4, 2), (53, 37, 2, 2), (40, 40, 3, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunked_oracle_equals_the_oracle(sq, sk, h, hk, causal):
+    q = torch.randn(2, sq, h, 16, dtype=torch.float64)
+    k = torch.randn(2, sk, hk, 16, dtype=torch.float64)
+    v = torch.randn(2, sk, hk, 16, dtype=torch.float64)
+    out, lse = attention_oracle(q, k, v, causal=causal)
+    # max_elems small enough to force several row blocks
+    out_c, lse_c = C.oracle_chunked(q, k, v, causal, 16 ** -0.5, max_elems=2 * h * sk * 7)
+    torch.testing.assert_close(out_c, out, rtol=0, atol=1e-12)
+    assert torch.equal(torch.isfinite(lse_c), torch.isfinite(lse))
+    fin = torch.isfinite(lse)
+    torch.testing.assert_close(lse_c[fin], lse[fin], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("sq, sk, h, hk", [(29, 45, 4, 2), (45, 29, 2, 2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunked_gradients_equal_autograd(sq, sk, h, hk, causal):
+    q = torch.randn(2, sq, h, 16, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, sk, hk, 16, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, sk, hk, 16, dtype=torch.float64, requires_grad=True)
+    dout = torch.randn(2, sq, h, 16, dtype=torch.float64)
+    out, lse = attention_oracle(q, k, v, causal=causal)
+    want = torch.autograd.grad(out, (q, k, v), dout)
+    got = C.oracle_grads_chunked(q.detach(), k.detach(), v.detach(), dout, out.detach(), lse.detach(),
+                                 causal, 16 ** -0.5, max_elems=2 * h * sk * 5)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)
+
+
+def test_error_measures_and_pass_rule():
+    ref = torch.randn(100, dtype=torch.float64)
+    e = C.err_stats(ref + 1e-3, ref)
+    assert e["max_abs"] == pytest.approx(1e-3) and e["rmse"] == pytest.approx(1e-3) and e["finite"]
+    bad = ref.clone()
+    bad[3] = float("nan")
+    assert not C.err_stats(bad, ref)["finite"]
+    assert not C.passes_rule(C.err_stats(bad, ref), {"max_abs": 1.0})
+    assert C.passes_rule({"max_abs": 2.9e-3, "finite": True}, {"max_abs": 1e-3})
+    assert not C.passes_rule({"max_abs": 3.1e-3, "finite": True}, {"max_abs": 1e-3})
+
+
+def test_outlier_inputs_have_the_stated_distribution():
+    torch.manual_seed(0)
+    x = C.normal_inputs((1000, 1000), torch.float32, "cpu", outliers=True)
+    big = (x.abs() > 6).float().mean().item()      # N(0,1) alone almost never exceeds 6
+    assert 2e-4 < big < 2e-3
+    assert (x != 0).all()
+
+
+# --- the no-GPU path ------------------------------------------------------------------------------
+
+def test_cpu_check_matches_the_oracle(no_interpreter):
+    from fusedattn.bench.cpu import render_cpu, run_cpu_check
+
+    shape = {"batch": 1, "seqlen": 48, "heads": 4, "kv_heads": 2, "head_dim": 16}
+    rows = run_cpu_check(shape=shape, reps=1)
+    assert len(rows) == 2 and all(r["passed"] for r in rows), rows
+    assert {r["backend_fwd"] for r in rows} == {"reference"}
+    text = render_cpu(rows, "test")
+    assert "No CUDA GPU found" in text and "matched the float64 oracle" in text
+
+
+def test_cpu_check_catches_a_wrong_kernel(no_interpreter, monkeypatch):
+    from fusedattn.bench.cpu import run_cpu_check
+
+    real = fusedattn.attention
+
+    def wrong(*args, **kwargs):
+        res = real(*args, **kwargs)
+        return (res[0] * 1.05, res[1]) if isinstance(res, tuple) else res * 1.05
+
+    monkeypatch.setattr(fusedattn, "attention", wrong)
+    rows = run_cpu_check(shape={"batch": 1, "seqlen": 32, "heads": 2, "kv_heads": 2, "head_dim": 16}, reps=1)
+    assert not any(r["passed"] for r in rows)
+
+
+def test_cli_without_gpu_runs_and_exits_zero(tmp_path):
+    """`python -m fusedattn.bench` as `make bench` runs it on a machine without a GPU (--cpu forces
+    that path where a GPU exists)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    args = [sys.executable, "-m", "fusedattn.bench", "--out", str(tmp_path)]
+    if torch.cuda.is_available():
+        args.append("--cpu")
+    res = subprocess.run(args, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "No CUDA GPU found" in res.stdout
+    assert "every output and gradient matched the float64 oracle" in res.stdout
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert all(r["passed"] for r in data["cpu_check"])
+
+
+# --- the CLI parses -------------------------------------------------------------------------------
+
+def test_cli_parses():
+    p = cli.build_parser()
+    a = p.parse_args(["--passes", "fwd", "--hdims", "64,128", "--seqlens", "512,1024", "--causal", "yes",
+                      "--backends", "triton,sdpa-flash", "--out", "x", "--compare", "a.json", "--accuracy",
+                      "--memory", "--time-budget", "540"])
+    cfg, _ = cli._config(a, p)
+    assert cfg.passes == ("fwd",) and cfg.hdims == (64, 128) and cfg.seqlens == (512, 1024)
+    assert cfg.causals == (True,) and cfg.time_budget_s == 540 and a.accuracy and a.memory
+    q = p.parse_args(["--quick"])
+    cfg, _ = cli._config(q, p)
+    assert cfg.hdims == C.QUICK_HDIMS and cfg.seqlens == C.QUICK_SEQLENS and len(cfg.cells()) == 12
+    full, _ = cli._config(p.parse_args([]), p)
+    assert len(full.cells()) == 36 and full.passes == ("fwd", "bwd")
+    for bad in (["--passes", "sideways"], ["--hdims", "60"], ["--seqlens", "x"], ["--causal", "maybe"],
+                ["--compare", "a", "b", "c"]):
+        with pytest.raises(SystemExit):
+            cli._config(p.parse_args(bad), p)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--backends", "nonsense", "--cpu"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    assert e.value.code == 0
+
+
+def test_backend_selection():
+    default = parse_selection(None)
+    assert "fusedattn-triton" in default and "fusedattn-reference" not in default
+    assert default[-5:] == ["sdpa-flash", "sdpa-cudnn", "flex", "fa3", "fa3-fp8"]
+    assert "fusedattn-reference" in parse_selection("all")
+    assert parse_selection("sdpa_flash,triton,FA3") == ["fusedattn-triton", "sdpa-flash", "fa3"]
+    with pytest.raises(ValueError, match="unknown backend"):
+        parse_selection("cutlass")
+
+
+# --- the sweep machinery, on the CPU --------------------------------------------------------------
+
+def _sdpa_cpu(q, k, v, causal, scale):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def _fake_anchor(name, fn):
+    return Impl(name=name, group="anchor", family="bf16", passes=("fwd", "bwd"), layout="bhsd", fn=fn)
+
+
+def test_sweep_checks_flags_wrong_results_and_records_errors(no_interpreter):
+    impls, missing = discover(["fusedattn-reference", "sdpa-flash", "fa3"], "cpu")
+    assert "fa3" in missing and "fusedattn-reference" in impls
+
+    def wrong(q, k, v, causal, scale):  # a fast wrong kernel: drops the last key
+        return _sdpa_cpu(q, k[:, :, :-1], v[:, :, :-1], causal, scale)
+
+    def broken(q, k, v, causal, scale):
+        raise RuntimeError("kernel exploded")
+
+    wrong_impl = Impl(name="fusedattn-wrong", group="fusedattn", family="bf16", passes=("fwd", "bwd"),
+                      layout="bhsd", fn=wrong, backend="wrong")
+    wrong_impl.unavailable = lambda *a: None
+    wrong_impl.backward_backend = lambda *a: "wrong"
+    impls["fusedattn-wrong"] = wrong_impl
+    impls["broken"] = _fake_anchor("broken", broken)
+    cfg = SpeedConfig(hdims=(16,), seqlens=(32,), causals=(False, True), tokens=64, hidden=32)
+    seen = []
+    res = run_sweep(cfg, impls, "cpu", C.cpu_timer(reps=1, warmup=0), on_cell=seen.append,
+                    show_progress=False)
+    entries = res["entries"]
+    assert len(seen) == 2 and res["stopped"] is None
+    by = {(e["impl"], e["pass"], e["causal"]): e for e in entries}
+    for causal in (False, True):
+        for p in ("fwd", "bwd"):
+            good = by[("fusedattn-reference", p, causal)]
+            assert good["check"]["passed"] and good["tflops"] > 0, good
+            assert by[("sdpa-flash", p, causal)]["check"]["passed"]
+            bad = by[("fusedattn-wrong", p, causal)]
+            assert not bad["check"]["passed"] and bad["tflops"] > 0
+            assert "kernel exploded" in by[("broken", p, causal)]["error"]
+    lines, ratios = report.speed_table(entries, "fwd")
+    table = "\n".join(lines)
+    assert "(wrong)" in table and "error" in table
+    assert len(ratios["fusedattn-reference"]) == 2 and ratios["fusedattn-wrong"] == []
+    text = report.render({"speed": entries, "env": C.environment("cpu")})
+    assert "kernel exploded" in text and "WRONG" in text
+
+
+def test_fp8_hook_adds_a_checked_forward_column(no_interpreter, monkeypatch):
+    from fusedattn.bench import impls as I
+
+    def factory():  # an "fp8 kernel": e4m3 inputs, computed by the reference backend in bf16
+        def run(q8, k8, v8, causal, scale):
+            q, k, v = (t.to(torch.bfloat16) for t in (q8, k8, v8))
+            return fusedattn.attention(q, k, v, causal=causal, softmax_scale=scale, backend="reference")
+        return I.cast_fp8, run
+
+    monkeypatch.setitem(I.FUSEDATTN_FP8_BACKENDS, "fake", factory)
+    sel = parse_selection("fusedattn,sdpa-flash")
+    assert "fusedattn-fake-fp8" in sel
+    impls, missing = discover(sel, "cpu")
+    assert impls["fusedattn-fake-fp8"].family == "fp8" and not missing
+    cfg = SpeedConfig(hdims=(16,), seqlens=(32,), causals=(True,), tokens=64, hidden=32)
+    entries = run_sweep(cfg, {n: impls[n] for n in ("fusedattn-fake-fp8", "sdpa-flash")}, "cpu",
+                        C.cpu_timer(reps=1, warmup=0), show_progress=False)["entries"]
+    fp8 = [e for e in entries if e["impl"] == "fusedattn-fake-fp8"]
+    assert [e["pass"] for e in fp8] == ["fwd"] and fp8[0]["check"]["passed"] and fp8[0]["tflops"] > 0
+    # its yardstick is plain attention on the e4m3-cast inputs: far looser than bf16's
+    bf16 = next(e for e in entries if e["impl"] == "sdpa-flash" and e["pass"] == "fwd")
+    assert fp8[0]["check"]["plain_max_abs"] > 3 * bf16["check"]["plain_max_abs"]
+    assert report.ratio_of(fp8[0], entries) == ("-", None)  # no fp8 anchor in the row
+    with pytest.raises(ValueError, match="no fusedattn fp8 path named 'triton'"):
+        parse_selection("triton-fp8")
+
+
+def test_time_budget_stops_before_the_next_shape():
+    impls, _ = discover(["sdpa-flash"], "cpu")
+    cfg = SpeedConfig(hdims=(16,), seqlens=(32, 64), causals=(False,), tokens=64, hidden=32, time_budget_s=0)
+    res = run_sweep(cfg, impls, "cpu", C.cpu_timer(reps=1, warmup=0), show_progress=False)
+    assert res["entries"] == [] and len(res["skipped_cells"]) == 2 and "time budget" in res["stopped"]
+
+
+def test_cli_sweep_path_resume_report_and_compare(tmp_path, no_interpreter):
+    """The GPU code path (sweep, JSON, table.md, plots, --resume, --compare, --report), run on the
+    CPU with the host clock through the hidden --sweep-device option."""
+    pytest.importorskip("matplotlib")
+    base = ["--sweep-device", "cpu", "--tokens", "64", "--hidden", "32", "--hdims", "16",
+            "--backends", "reference,sdpa-flash,fa3", "--causal", "no"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert cli.main(base + ["--seqlens", "32", "--out", str(a)]) == 0
+    ra = json.loads((a / "results.json").read_text())
+    assert ra["status"] == "complete" and "fa3" in ra["unavailable"]
+    assert {e["impl"] for e in ra["speed"]} == {"fusedattn-reference", "sdpa-flash"}
+    assert (a / "table.md").exists() and (a / "speed-fwd.png").exists() and (a / "speed-bwd.png").exists()
+    assert cli.main(base + ["--seqlens", "32,64", "--resume", str(a / "results.json"), "--out", str(b),
+                            "--compare", str(a / "results.json"), "--no-plots"]) == 0
+    rb = json.loads((b / "results.json").read_text())
+    assert sorted({e["seqlen"] for e in rb["speed"]}) == [32, 64]
+    assert [e for e in rb["speed"] if e["seqlen"] == 32] == [e for e in ra["speed"]]  # kept, not re-run
+    assert "Compare" in (b / "compare.md").read_text()
+    assert cli.main(["--report", str(b / "results.json"), "--no-plots"]) == 0
+
+
+def test_a_bench_bug_in_one_shape_is_recorded_and_the_rest_still_runs(tmp_path, no_interpreter, monkeypatch):
+    from fusedattn.bench import speed
+
+    real = speed.run_cell
+
+    def flaky(cell, *args, **kwargs):
+        if cell[2] == 64:
+            raise KeyError("a bug")
+        return real(cell, *args, **kwargs)
+
+    monkeypatch.setattr(speed, "run_cell", flaky)
+    rc = cli.main(["--sweep-device", "cpu", "--tokens", "64", "--hidden", "32", "--hdims", "16",
+                   "--seqlens", "32,64", "--causal", "no", "--backends", "reference", "--no-plots",
+                   "--out", str(tmp_path)])
+    assert rc == 1
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert {e["seqlen"] for e in res["speed"] if "tflops" in e} == {32}
+    assert any("KeyError: 'a bug'" in e.get("error", "") for e in res["speed"])
+
+
+# --- --compare on two small JSON files ------------------------------------------------------------
+
+def _result(tflops_by_impl, passed=True, gpu="NVIDIA H200"):
+    speed = []
+    for impl, t in tflops_by_impl.items():
+        speed.append({"pass": "fwd", "hdim": 128, "causal": False, "seqlen": 4096, "batch": 4, "heads": 16,
+                      "impl": impl, "group": "fusedattn" if impl.startswith("fusedattn") else "anchor",
+                      "family": "bf16", "tflops": t, "ms": 1.0, "check": {"passed": passed, "max_abs": 1e-3}})
+    return {"schema": C.SCHEMA, "env": {"gpu": gpu, "date": "2026-12-02"}, "speed": speed}
+
+
+def test_compare_two_small_json_files(tmp_path, capsys):
+    old = _result({"fusedattn-triton": 400.0, "fusedattn-hopper": 500.0, "sdpa-cudnn": 600.0})
+    new = _result({"fusedattn-triton": 480.0, "fusedattn-hopper": 450.0, "sdpa-cudnn": 601.0}, gpu="NVIDIA H100")
+    new["speed"][1]["check"]["passed"] = False
+    po, pn = tmp_path / "old.json", tmp_path / "new.json"
+    po.write_text(json.dumps(old))
+    pn.write_text(json.dumps(new))
+    cmp = compare.compare(old, new)
+    assert [c["impl"] for c in cmp["faster"]] == ["fusedattn-triton"]
+    assert [c["impl"] for c in cmp["slower"]] == ["fusedattn-hopper"]
+    assert [c["impl"] for c in cmp["same"]] == ["sdpa-cudnn"]
+    assert [c["impl"] for c in cmp["newly_wrong"]] == ["fusedattn-hopper"]
+    assert cmp["cells"][0]["ratio"] == pytest.approx(450 / 500)
+    assert any("gpu differs" in w for w in cmp["warnings"])
+    assert cli.main(["--compare", str(po), str(pn), "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "1 faster, 1 slower, 1 within 3%" in out and "NOW WRONG" in out and "1.200" in out
+    full = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "All cells" in full and "| 600 | 601 | 1.002 |" in full
+
+
+# --- accuracy and FlexAttention's fallback detection ----------------------------------------------
+
+def test_accuracy_table_on_the_cpu(no_interpreter):
+    from fusedattn.bench.accuracy import run_accuracy
+
+    impls, _ = discover(["fusedattn-reference", "sdpa-flash"], "cpu")
+    rows = run_accuracy(impls, "cpu", causals=(True,), dtypes=("bfloat16", "float32", "fp8"),
+                        shape={"batch": 1, "seqlen": 40, "heads": 2, "head_dim": 16}, progress=False)
+    ours = [r for r in rows if r["impl"] == "fusedattn-reference"]
+    assert {(r["inputs"], r["dtype"]) for r in ours} == {(i, d) for i in ("normal", "outliers")
+                                                         for d in ("bfloat16", "float32")}
+    assert all(r["passed"] and r["grads_passed"] and "error" not in r for r in ours), ours
+    assert all(r["lse_max_abs"] < 1e-4 for r in ours)
+    lines = report.accuracy_table(rows)
+    assert len(lines) == 2 + len([r for r in rows if r["impl"] != "plain-pytorch"])
+
+
+def test_flex_fallback_is_detected():
+    saved = {k: getattr(torch._dynamo.config, k) for k in ("recompile_limit", "accumulated_recompile_limit",
+                                                              "fail_on_recompile_limit_hit")}
+    try:
+        done = raise_dynamo_limits()
+        assert torch._dynamo.config.recompile_limit >= 4096 and done["fail_on_recompile_limit_hit"]
+    finally:
+        for k, v in saved.items():
+            setattr(torch._dynamo.config, k, v)
+    with pytest.warns(UserWarning, match="an unrelated warning"):  # passed on, not swallowed
+        with fallback_watch() as found:
+            logging.getLogger("torch._dynamo.convert_frame").warning(
+                "torch._dynamo hit config.%s (%s)\n   function: 'flex_attention'", "recompile_limit", 8)
+            warnings.warn("flex_attention called without torch.compile() - this will use an unfused implementation")
+            warnings.warn("an unrelated warning")
+    assert len(found) == 2 and "recompile_limit" in found[0] and "unfused" in found[1]
