@@ -4,6 +4,9 @@
     python -m fusedattn.inspect --head-dim 64 --causal --no-pingpong --stages 3
     python -m fusedattn.inspect --all                # every head dim x causal, one line each
     python -m fusedattn.inspect --dump DIR           # also write ttgir / ptx / sass there
+    python -m fusedattn.inspect --variants           # every named variant (hopper_fwd.VARIANTS)
+    python -m fusedattn.inspect --variant no_ws,persistent --causal
+    python -m fusedattn.inspect --head-dim 96        # a padded head dim (runs at 128)
 
 Reports: threads, register cap at entry and the setmaxnreg count of each role, shared memory,
 stack / spills (ptxas -v), and the counts in PTX of wgmma.mma_async, setmaxnreg,
@@ -58,7 +61,16 @@ def sass_counts(cubin: bytes) -> dict:
         res = subprocess.run([_tool("cuobjdump"), "--dump-sass", path], capture_output=True, text=True)
     sass = res.stdout
     return {"sass": sass, "HGMMA": sass.count("HGMMA"), "USETMAXREG": sass.count("USETMAXREG"),
-            "LDL": len(re.findall(r"\bLDL\b", sass)), "STL": len(re.findall(r"\bSTL\b", sass))}
+            "LDL": len(re.findall(r"\bLDL\b", sass)), "STL": len(re.findall(r"\bSTL\b", sass)),
+            "UTMASTG": sass.count("UTMASTG"), "BAR": len(re.findall(r"\bBAR\.", sass))}
+
+
+def sass_digest(sass: str) -> str:
+    """sha1 of the SASS instruction text (addresses dropped): equal digests = the same code."""
+    import hashlib
+    lines = [re.sub(r"/\*[0-9a-f]{4,}\*/", "", ln).strip() for ln in sass.splitlines()
+             if ln.strip().startswith("/*")]
+    return hashlib.sha1("\n".join(lines).encode()).hexdigest()
 
 
 def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", **overrides) -> dict:
@@ -89,6 +101,7 @@ def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", **ove
     rep.update({k: v for k, v in ptxas_report(ptx).items() if k != "ptxas_text"})
     sc = sass_counts(kernel.asm["cubin"])
     rep["sass_counts"] = {k: v for k, v in sc.items() if k != "sass"}
+    rep["sass_sha1"] = sass_digest(sc["sass"])
     return rep
 
 
@@ -97,9 +110,14 @@ def format_report(r: dict) -> str:
     lines = [
         f"hopper fwd  head_dim={r['head_dim']} causal={r['causal']} dtype={r['dtype']}  "
         f"BLOCK_M={c['block_m']} BLOCK_N={c['block_n']} stages={c['num_stages']} "
-        f"overlap={c['overlap']} pingpong={c['pingpong']}",
+        f"overlap={c['overlap']} pingpong={c['pingpong']} (mode {c.get('pingpong_mode', 0)}) "
+        f"warp_specialize={c.get('warp_specialize', True)} persistent={c.get('persistent', False)} "
+        f"tma_store={c.get('tma_store', False)}"
+        + (f"  [{r['variant']}]" if r.get("variant") else ""),
         f"  target sm_90a: {r['target_sm_90a']}   threads: {r['threads']} "
-        f"(2 consumer warpgroups + 1 producer warp in its own warpgroup)",
+        + ("(2 consumer warpgroups + 1 producer warp in its own warpgroup)"
+           if c.get("warp_specialize", True) else
+           "(one partition of 2 warpgroups, no producer, no setmaxnreg)"),
         f"  registers: cap at entry {r['maxnreg_at_entry']} (ptxas used {r.get('registers_at_entry')}); "
         f"setmaxnreg producer {r['producer_regs']}, consumer wg1 {r['consumer_regs']}, "
         f"all values in PTX {r['setmaxnreg_values']}",
@@ -126,6 +144,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-overlap", action="store_true")
     ap.add_argument("--no-pingpong", action="store_true")
     ap.add_argument("--consumer-regs", type=int)
+    ap.add_argument("--no-ws", action="store_true", help="the non-specialised kernel")
+    ap.add_argument("--persistent", action="store_true")
+    ap.add_argument("--tma-store", action="store_true")
+    ap.add_argument("--pingpong", action="store_true")
+    ap.add_argument("--pingpong-mode", type=int, choices=[0, 1, 2])
+    ap.add_argument("--variant", help="comma-separated names from hopper_fwd.VARIANTS")
+    ap.add_argument("--variants", action="store_true",
+                    help="every named variant (at --head-dim, or at its own head dim)")
     ap.add_argument("--all", action="store_true", help="every head dim x causal")
     ap.add_argument("--dump", metavar="DIR", help="write ttgir, ptx and sass here")
     a = ap.parse_args(argv)
@@ -138,11 +164,29 @@ def main(argv=None) -> int:
         ov["overlap"] = False
     if a.no_pingpong:
         ov["pingpong"] = False
+    for flag, key, val in ((a.no_ws, "warp_specialize", False), (a.persistent, "persistent", True),
+                           (a.tma_store, "tma_store", True), (a.pingpong, "pingpong", True)):
+        if flag:
+            ov[key] = val
+    if a.pingpong_mode is not None:
+        ov["pingpong_mode"] = a.pingpong_mode
     combos = ([(d, c) for d in (64, 128, 256) for c in (False, True)] if a.all
               else [(a.head_dim, a.causal)])
+    from fusedattn.kernels import hopper_fwd as H
+    names = (list(H.VARIANTS) if a.variants else a.variant.split(",") if a.variant else [None])
+    jobs = []
+    for name in names:
+        vov, dims = H.VARIANTS[name] if name else ({}, None)
+        for d, c in combos:
+            if dims and d not in dims:
+                if a.all:
+                    continue
+                d = dims[0]  # a head-dim-specific variant at its own head dim
+            jobs.append((name, d, c, {**vov, **ov}))
     ok = True
-    for d, c in combos:
-        r = report(d, c, a.dtype, **ov)
+    for name, d, c, job_ov in jobs:
+        r = report(d, c, a.dtype, **job_ov)
+        r["variant"] = name
         print(format_report(r))
         bad = (r.get("spill_stores", 1) or r.get("spill_loads", 1) or r["shared_bytes"] > SMEM_LIMIT
                or not r["ptxas_ok"])
@@ -151,7 +195,8 @@ def main(argv=None) -> int:
             print("  !! spills, shared memory over the limit, or ptxas failed")
         if a.dump:
             os.makedirs(a.dump, exist_ok=True)
-            stem = os.path.join(a.dump, f"hopper_fwd_d{d}_{'causal' if c else 'full'}")
+            stem = os.path.join(a.dump, f"hopper_fwd_{name + '_' if name else ''}d{d}_"
+                                        f"{'causal' if c else 'full'}")
             k = r["_kernel"]
             for ext in ("ttgir", "ptx"):
                 with open(f"{stem}.{ext}", "w") as f:

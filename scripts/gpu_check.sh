@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One command on a GPU machine: the GPU test grid, compute-sanitizer on small shapes of every
-# kernel configuration, and the foundation timing table. Full logs go to the folder given (default
+# One command on a GPU machine: the foundation timing table, the GPU test grid, and
+# compute-sanitizer (memcheck, racecheck) on small shapes of every kernel configuration. Full logs go to the folder given (default
 # ./out); a short summary is printed last.
 #     bash scripts/gpu_check.sh OUT_DIR        (or: make gpu-check OUT_DIR=...)
 set -uo pipefail
@@ -11,8 +11,14 @@ py="env ${PYTHON:-python3}"  # PYTHON may carry VAR=value words (make passes PYT
 export PYTHONUNBUFFERED=1
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 
+echo "== timing =="
+$py scripts/foundation_timing.py --out "$out" > "$out/timing.log" 2>&1
+timing_rc=$?
+
 echo "== pytest (all tests, GPU included) =="
-$py -m pytest -q --maxfail=30 --no-header -rs -p no:cacheprovider ${PYTEST_ARGS:-tests} > "$out/pytest.log" 2>&1
+xdist=""
+$py -c "import xdist" >/dev/null 2>&1 && xdist="-n ${PYTEST_WORKERS:-8}"  # kernel compiles are CPU-bound
+$py -m pytest -q $xdist --maxfail=30 --no-header -rs -p no:cacheprovider ${PYTEST_ARGS:-tests} > "$out/pytest.log" 2>&1
 pytest_rc=$?
 tail -3 "$out/pytest.log"
 
@@ -30,10 +36,6 @@ if command -v compute-sanitizer >/dev/null; then
 else
   san_summary="compute-sanitizer not found"
 fi
-
-echo "== timing =="
-$py scripts/foundation_timing.py --out "$out" > "$out/timing.log" 2>&1
-timing_rc=$?
 
 echo
 echo "== summary =="

@@ -27,7 +27,23 @@ CASES = [
     (128, True, {}),
     (128, True, {"pingpong": True}),
     (128, False, {"overlap": False, "pingpong": False}),
+    # switches added for issue #4 (off by default, not yet run on a GPU)
+    (128, False, {"warp_specialize": False}),
+    (128, True, {"persistent": True, "tma_store": True, "pingpong": True, "pingpong_mode": 2}),
+    (96, True, {}),  # padded to 128
 ]
+
+# SASS instruction digests (inspect.sass_digest) of the configurations verified on an H200
+# (benchmarks/hopper_log.md, runs 2-3), with triton 3.6.0's bundled ptxas. The switches added
+# later default off; with them off the kernel must compile to exactly this code.
+VERIFIED_SASS = {
+    (64, False, ()): "356eec805752a34d7bb659293ddcc98ecca38a49",
+    (128, False, ()): "11c561194241e81b95abcb08263f05ed24d38a37",
+    (256, False, ()): "58ade058aff714615a221cf04f58979fbf489e1d",
+    (128, True, ()): "05729e31c85eead490d7d1e5458ecc8d1b16f553",
+    (128, True, (("pingpong", True),)): None,  # not recorded (pingpong was verified non-causal)
+    (128, False, (("overlap", False), ("pingpong", False))): None,
+}
 
 # The compile runs in a subprocess: conftest.py turns on TRITON_INTERPRET for the CPU tests, and a
 # Gluon kernel imported under the interpreter cannot be compiled.
@@ -37,7 +53,11 @@ from fusedattn import inspect as fi
 out = []
 for d, c, ov in json.loads(sys.argv[1]):
     r = fi.report(d, c, "bf16", **ov)
-    r.pop("_kernel")
+    k = r.pop("_kernel")
+    ptx = k.asm["ptx"]
+    r["ptx_store_tma"] = ptx.count("cp.async.bulk.tensor.4d.global.shared")
+    r["ptx_named_bars"] = ptx.count("bar.sync 10, 256") + ptx.count("bar.sync 11, 256")
+    r["_case"] = len(out)
     out.append(r)
 print("REPORTS=" + json.dumps(out))
 """
@@ -66,7 +86,22 @@ def test_targets_sm90a(report):
     assert report["ptxas_ok"]
 
 
+def test_default_path_is_the_verified_code(report):
+    key = (report["head_dim"], report["causal"],
+           tuple(sorted((k, v) for k, v in CASES[report["_case"]][2].items())))
+    want = VERIFIED_SASS.get(key)
+    if want is None:
+        pytest.skip("no verified digest recorded for this configuration")
+    assert report["sass_sha1"] == want, "the verified default code path changed"
+
+
 def test_warp_specialised_register_split(report):
+    if not report["config"]["warp_specialize"]:
+        # the non-specialised ablation kernel: 2 warpgroups, no producer, no setmaxnreg
+        assert report["threads"] == 256
+        assert report["setmaxnreg_values"] == []
+        assert report["sass_counts"]["USETMAXREG"] == 0
+        return
     # two consumer warpgroups + one producer warp (padded to a warpgroup)
     assert report["threads"] == 384
     assert report["maxnreg_at_entry"] * report["threads"] <= 65536
@@ -95,6 +130,31 @@ def test_shared_memory_fits(report):
     assert report["shared_bytes"] <= 227 * 1024
     cfg = H.FwdConfig(**report["config"])
     assert report["shared_bytes"] >= H.shared_memory_bytes(report["head_dim"], cfg)
+
+
+def test_new_switches_reach_the_code(report):
+    cfg = report["config"]
+    assert (report["ptx_store_tma"] > 0) == cfg["tma_store"]
+    named = cfg["pingpong"] and cfg["pingpong_mode"] == 2
+    assert (report["ptx_named_bars"] > 0) == named
+    if cfg["tma_store"]:
+        assert report["sass_counts"]["UTMASTG"] > 0
+
+
+def test_padded_head_dims_gated():
+    assert H.PAD_HEAD_DIMS is False  # flip only after the GPU run verifies the padded variants
+    assert H.padded_head_dim(8) == 64 and H.padded_head_dim(96) == 128
+    assert H.padded_head_dim(136) == 256 and H.padded_head_dim(256) == 256
+    assert H.get_config(96) == H.get_config(128)
+
+
+def test_variants_table_is_valid():
+    for name, (ov, dims) in H.VARIANTS.items():
+        for d in dims or H.NATIVE_HEAD_DIMS:
+            cfg = H.get_config(d, **ov)
+            assert H.shared_memory_bytes(d, cfg) <= 227 * 1024, name
+    assert H.VARIANTS["default"][0] == {}
+    assert H.FwdConfig(128, 128, 2) == H.get_config(128)  # every new field defaults off
 
 
 def test_supports_gives_reasons_off_gpu():

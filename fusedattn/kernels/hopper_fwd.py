@@ -31,6 +31,27 @@ Compile-time switches (for ablations; all combinations compile):
               one's softmax overlaps the other's GEMMs (FA3 sec. 3.1).
 The shipped table (CONFIGS) has OVERLAP on and PINGPONG off: measured on an H200, overlap gave
 +10..12% at hdim 128 and pingpong nothing (benchmarks/hopper_log.md).
+
+Switches added after the verified version (issue #4), each OFF by default and not yet run on a GPU
+(FwdConfig fields; scripts/hopper_dev.py verifies and times them in one run):
+    warp_specialize=False  attn_fwd_nows_kernel: no producer, no setmaxnreg; one 8-warp partition
+                           issues its own TMA loads (ablation "without warp specialisation").
+    persistent             grid = number of SMs; every program walks a static tile sequence
+                           (causal: longest first); producer and consumers carry the K/V ring
+                           counter (stage, phase), the q_bar phase and the pingpong turn counter
+                           across tiles; a q_empty mbarrier lets the producer load the next Q
+                           under the current tile's last P V and epilogue.
+    tma_store              O written to the warpgroup's own rows of the Q tile in shared memory,
+                           then one TMA store (clips the sequence tail and padded columns).
+    pingpong_mode          0: the verified turn placement (a turn around every GEMM issue
+                           group); 1: FA3's placement (no turn around the first QK^T and the last
+                           P V; without overlap the turn spans P V_{j-1} + QK^T_j); 2: as 1 with
+                           named hardware barriers (bar.sync/bar.arrive, FA3) instead of
+                           mbarrier polling.
+    head_dim not in (64, 128, 256) (a multiple of 8, <= 256): runs at the next native head dim;
+                           the TMA boxes are wider than the tensors, the copy engine zero-fills the
+                           missing columns of Q, K, V, and the store masks them (D_REAL).
+                           supports() accepts these only once PAD_HEAD_DIMS is True.
 """
 from __future__ import annotations
 
@@ -41,6 +62,7 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -50,7 +72,20 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
-SUPPORTED_HEAD_DIMS = (64, 128, 256)
+NATIVE_HEAD_DIMS = (64, 128, 256)
+# Head dims other than 64/128/256 run padded to the next native one (forward() always does this;
+# see the module docstring). supports() accepts them only when this flag is on: flip it once
+# scripts/hopper_dev.py has verified the padded variants on a GPU.
+PAD_HEAD_DIMS = False
+SUPPORTED_HEAD_DIMS = NATIVE_HEAD_DIMS if not PAD_HEAD_DIMS else tuple(range(8, 257, 8))
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """The native head dim a call runs at: the smallest of 64/128/256 that is >= head_dim."""
+    for d in NATIVE_HEAD_DIMS:
+        if head_dim <= d:
+            return d
+    raise ValueError(f"head_dim {head_dim} > 256")
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,10 +101,21 @@ class FwdConfig:
     consumer_regs: int = 240
     producer_regs: int = 24
     maxnreg: int = 168     # register cap at entry: 168 * 384 threads <= 64K registers
+    # --- added for issue #4, all off by default until measured on a GPU (module docstring) ---
+    warp_specialize: bool = True  # False: attn_fwd_nows_kernel (8 warps, no producer)
+    persistent: bool = False      # grid = #SMs, static tile loop
+    tma_store: bool = False       # O through shared memory + TMA store
+    pingpong_mode: int = 0        # 0 verified placement, 1 FA3 placement, 2 FA3 + named barriers
 
     @property
-    def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
-        return 4
+    def num_warps(self) -> int:
+        # warps of the default partition (consumer warpgroup 0), or of the whole non-specialised
+        # kernel (two warpgroups)
+        return 4 if self.warp_specialize else 8
+
+    @property
+    def launch_maxnreg(self):
+        return self.maxnreg if self.warp_specialize else None
 
 
 # Chosen from the shared-memory / register budget, then measured (benchmarks/hopper_log.md):
@@ -85,8 +131,40 @@ CONFIGS = {
 }
 
 
+# hdim 64 is where the kernel is furthest behind cuDNN (0.88x at s=8192); FA3 uses 192-row tiles
+# there (3 consumer warpgroups). With 2 consumer warpgroups the larger tile is BLOCK_N 256 (the
+# gl.arange shapes must be powers of two, so 192 is out): S of 64 x 256 fp32 per warpgroup, half
+# the K/V blocks (and per-block overheads) of BLOCK_N 128. Candidate, off: VARIANTS "d64_bn256".
+# Named variants (config overrides) for the ablation and the new switches; used by
+# scripts/hopper_dev.py and `python -m fusedattn.inspect --variants`. "dims": the head dims a
+# variant is meant for (None: all). Paper ablation (FA3 tab. 2: batch 4, seqlen 8448, 16 heads,
+# hdim 128, non-causal): full design = WS + overlap + pingpong; without WS; without overlap;
+# without pingpong (= the shipped default).
+VARIANTS = {
+    "default": ({}, None),                                   # shipped: WS + overlap, no pingpong
+    "full": ({"pingpong": True}, None),                      # + pingpong as verified (mode 0)
+    "full_pp_fa3": ({"pingpong": True, "pingpong_mode": 1}, None),
+    "full_pp_named": ({"pingpong": True, "pingpong_mode": 2}, None),
+    "no_ws": ({"warp_specialize": False}, None),             # overlap, no producer / setmaxnreg
+    "no_ws_no_overlap": ({"warp_specialize": False, "overlap": False}, None),
+    "no_overlap": ({"overlap": False, "pingpong": True}, None),  # WS + pingpong (mode 0)
+    "no_overlap_pp_fa3": ({"overlap": False, "pingpong": True, "pingpong_mode": 1}, None),
+    "no_overlap_pp_named": ({"overlap": False, "pingpong": True, "pingpong_mode": 2}, None),
+    "persistent": ({"persistent": True}, None),
+    "tma_store": ({"tma_store": True}, None),
+    "persistent_tma": ({"persistent": True, "tma_store": True}, None),
+    "persistent_tma_pp_named": ({"persistent": True, "tma_store": True, "pingpong": True,
+                                 "pingpong_mode": 2}, None),
+    # hdim 64 candidates: BLOCK_N 256 spills with overlap (96 B at 240 registers), so without it
+    "d64_bn256": ({"block_n": 256, "num_stages": 2, "overlap": False}, (64,)),
+    "d64_bn256_pp_named": ({"block_n": 256, "num_stages": 2, "overlap": False, "pingpong": True,
+                            "pingpong_mode": 2}, (64,)),
+}
+
+
 def get_config(head_dim: int, **overrides) -> FwdConfig:
-    cfg = CONFIGS[head_dim]
+    """Table config for head_dim (a padded head dim uses its native one's row)."""
+    cfg = CONFIGS[padded_head_dim(head_dim)]
     if overrides:
         cfg = FwdConfig(**{**cfg.__dict__, **overrides})
     return cfg
@@ -98,12 +176,12 @@ def get_config(head_dim: int, **overrides) -> FwdConfig:
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
               b, h, kvh, m_start, n_blocks,
-              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base=0):
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
     for j in range(n_blocks):
-        s = j % NUM_STAGES
-        ph = (j // NUM_STAGES) & 1
+        s = (kv_base + j) % NUM_STAGES
+        ph = ((kv_base + j) // NUM_STAGES) & 1
         # both consumer warpgroups must have released this stage's K (kv_empty[s]) and V
         # (kv_empty[NUM_STAGES + s]); a fresh barrier passes at once. K is released as soon as
         # the scores are computed, so the next K can land while P V still reads V.
@@ -115,6 +193,63 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_
         vb = v_ready.index(s)
         mbarrier.expect(vb, v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, kvh, 0], vb, v_smem.index(s))
+
+
+@gluon.jit
+def _tile_info(tile, n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k,
+               CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Work item `tile` of the persistent schedule -> (b, h, kvh, m_start, n_blocks, n_unmasked).
+
+    Non-causal: (batch, head) major, as the one-tile-per-program grid (neighbours share K/V in
+    L2). Causal: longest tiles first over all (batch, head)s: tile t has m-tile
+    num_m_tiles - 1 - t // n_bh, so the static round-robin hands every program a descending
+    sequence of lengths (LPT-like balance).
+    """
+    if CAUSAL:
+        pid_m = num_m_tiles - 1 - tile // n_bh
+        bh = tile % n_bh
+    else:
+        bh = tile // num_m_tiles
+        pid_m = tile % num_m_tiles
+    b = bh // heads
+    h = bh % heads
+    kvh = h // kv_group
+    m_start = pid_m * BLOCK_M
+    causal_off = seqlen_k - seqlen_q
+    if CAUSAL:
+        m_end = gl.minimum(m_start + BLOCK_M, seqlen_q)
+        kv_end = gl.minimum(m_end + causal_off, seqlen_k)
+        kv_end = gl.maximum(kv_end, 0)
+        n_blocks = gl.cdiv(kv_end, BLOCK_N)
+        full_end = gl.maximum(gl.minimum(m_start + causal_off + 1, seqlen_k), 0)
+        n_unmasked = gl.minimum(full_end // BLOCK_N, n_blocks)
+    else:
+        n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+        n_unmasked = seqlen_k // BLOCK_N
+    return b, h, kvh, m_start, n_blocks, n_unmasked
+
+
+@gluon.jit
+def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
+                         k_ready, v_ready, kv_empty,
+                         n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k,
+                         CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                         NUM_STAGES: gl.constexpr):
+    # Same tile sequence as the consumers; the K/V ring counter c runs on across tiles, so the
+    # stage index and mbarrier phase carry over. Q of the next tile is loaded as soon as both
+    # consumer warpgroups have read the current one (q_empty), i.e. under their last P V and
+    # epilogue.
+    num_tiles = n_bh * num_m_tiles
+    c = gl.program_id(0) * 0
+    i = gl.program_id(0) * 0
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info(
+            tile, n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+        mbarrier.wait(q_empty, (i & 1) ^ 1)
+        _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c)
+        c += n_blocks
+        i += 1
 
 
 @gluon.jit
@@ -141,20 +276,50 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
     return p, alpha, m_new, l_i
 
 
+# Pingpong turn between the two consumer warpgroups. PP_MODE 0 and 1: two mbarriers (phase by
+# turn count t); PP_MODE 2: two named hardware barriers as FA3 (bar.sync on one's own, bar.arrive
+# on the other's; 256 threads each), issued as inline PTX because Gluon 3.6 has no named-barrier
+# op. Ids 10/11: Triton itself uses 0..3 for the partitions' own barriers.
 @gluon.jit
-def _turn_wait(turn_bars, t, WG: gl.constexpr, PINGPONG: gl.constexpr):
+def _named_bar(WG: gl.constexpr, ARRIVE: gl.constexpr):
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    x = gl.full([128], 0, gl.int32, layout=lay)  # one element per thread: the asm runs once
+    if ARRIVE:
+        if WG == 0:
+            gl.inline_asm_elementwise("bar.arrive 11, 256;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+        else:
+            gl.inline_asm_elementwise("bar.arrive 10, 256;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+    else:
+        if WG == 0:
+            gl.inline_asm_elementwise("bar.sync 10, 256;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+        else:
+            gl.inline_asm_elementwise("bar.sync 11, 256;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _turn_wait(turn_bars, t, WG: gl.constexpr, PINGPONG: gl.constexpr, PP_MODE: gl.constexpr = 0):
     # Warpgroup 0 goes first: its first wait is on the "previous" phase of a fresh barrier.
     if PINGPONG:
-        if WG == 0:
-            mbarrier.wait(turn_bars.index(0), (t & 1) ^ 1)
+        if PP_MODE == 2:
+            _named_bar(WG, False)
         else:
-            mbarrier.wait(turn_bars.index(1), t & 1)
+            if WG == 0:
+                mbarrier.wait(turn_bars.index(0), (t & 1) ^ 1)
+            else:
+                mbarrier.wait(turn_bars.index(1), t & 1)
 
 
 @gluon.jit
-def _turn_pass(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr):
+def _turn_pass(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr, PP_MODE: gl.constexpr = 0):
     if PINGPONG:
-        mbarrier.arrive(turn_bars.index(1 - WG), count=1)
+        if PP_MODE == 2:
+            _named_bar(WG, True)
+        else:
+            mbarrier.arrive(turn_bars.index(1 - WG), count=1)
 
 
 @gluon.jit
@@ -163,7 +328,16 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
               m_start, n_blocks, n_unmasked,
               WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
+              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
+              kv_base=0, turn_base=0, q_phase=0, q_empty=None, o_desc=None,
+              D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
+              TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0):
+    """One (batch, head, m-tile) work item of one consumer warpgroup.
+
+    kv_base / turn_base: K/V ring and pingpong-turn counters at the start of the tile (0 for the
+    one-tile-per-program grid; carried across tiles when PERSISTENT); q_phase: phase of q_bar.
+    Returns the counters after the tile.
+    """
     M_WG: gl.constexpr = BLOCK_M // 2
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -182,22 +356,27 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     acc = gl.zeros([M_WG, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
 
-    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(q_bar, q_phase)
 
     if OVERLAP:
         # FA3 alg. 2: iteration j issues QK^T_j, rescales O (block j-1's alpha) while it runs,
         # issues P_{j-1} V_{j-1}, then does the softmax of block j while P V is in flight.
+        # PP_MODE 0: a turn around every GEMM issue group (the first QK^T and the last P V
+        # included); PP_MODE >= 1: as FA3, turns only around the steady-state pairs.
         p_prev = gl.zeros([M_WG, BLOCK_N], dtype, layout=p_layout)
         alpha_o = gl.full([M_WG], 1.0, gl.float32, layout=row_o)
         if n_blocks > 0:
             # block 0: scores and softmax only
-            mbarrier.wait(k_ready.index(0), 0)
-            _turn_wait(turn_bars, 0, WG, PINGPONG)
-            k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s0 = kv_base % NUM_STAGES
+            mbarrier.wait(k_ready.index(s0), (kv_base // NUM_STAGES) & 1)
+            if PP_MODE == 0:
+                _turn_wait(turn_bars, turn_base, WG, PINGPONG)
+            k_t = k_smem.index(s0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-            _turn_pass(turn_bars, WG, PINGPONG)
+            if PP_MODE == 0:
+                _turn_pass(turn_bars, WG, PINGPONG)
             s_acc = warpgroup_mma_wait(0, deps=[s_tok])
-            mbarrier.arrive(kv_empty.index(0), count=1)  # K_0 read
+            mbarrier.arrive(kv_empty.index(s0), count=1)  # K_0 read
             if n_unmasked > 0:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
                                                      qk_scale, False, CAUSAL, BLOCK_N, s_layout)
@@ -207,17 +386,20 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
         # steady state: QK^T of block j and P V of block j-1 in flight together
         for j in range(1, n_blocks):
-            s = j % NUM_STAGES
-            sp = (j - 1) % NUM_STAGES
-            mbarrier.wait(k_ready.index(s), (j // NUM_STAGES) & 1)
-            _turn_wait(turn_bars, j, WG, PINGPONG)
+            s = (kv_base + j) % NUM_STAGES
+            sp = (kv_base + j - 1) % NUM_STAGES
+            mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
+            if PP_MODE == 0:
+                _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
+            else:
+                _turn_wait(turn_bars, turn_base + j - 1, WG, PINGPONG, PP_MODE)
             k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             acc = acc * gl.expand_dims(alpha_o, 1)
-            mbarrier.wait(v_ready.index(sp), ((j - 1) // NUM_STAGES) & 1)
+            mbarrier.wait(v_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
             v = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
             o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
-            _turn_pass(turn_bars, WG, PINGPONG)
+            _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
             s_acc = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
             if j < n_unmasked:
@@ -230,26 +412,40 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)  # V_{j-1} read
+        if PERSISTENT:
+            if not TMA_STORE:
+                mbarrier.arrive(q_empty, count=1)  # every QK^T of this tile has completed
         if n_blocks > 0:
-            jl = n_blocks - 1
+            jl = kv_base + n_blocks - 1
             sl = jl % NUM_STAGES
             acc = acc * gl.expand_dims(alpha_o, 1)
             mbarrier.wait(v_ready.index(sl), (jl // NUM_STAGES) & 1)
-            _turn_wait(turn_bars, n_blocks, WG, PINGPONG)
+            if PP_MODE == 0:
+                _turn_wait(turn_bars, turn_base + n_blocks, WG, PINGPONG)
             v = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
             o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
-            _turn_pass(turn_bars, WG, PINGPONG)
+            if PP_MODE == 0:
+                _turn_pass(turn_bars, WG, PINGPONG)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
+        if PP_MODE == 0:
+            turns = gl.where(n_blocks > 0, n_blocks + 1, 0)
+        else:
+            turns = gl.maximum(n_blocks - 1, 0)
     else:
+        # PP_MODE >= 1 (FA3's non-overlapped schedule): a turn covers P V_{j-1} and QK^T_j.
         for j in range(n_blocks):
-            s = j % NUM_STAGES
-            ph = (j // NUM_STAGES) & 1
+            s = (kv_base + j) % NUM_STAGES
+            ph = ((kv_base + j) // NUM_STAGES) & 1
             mbarrier.wait(k_ready.index(s), ph)
-            _turn_wait(turn_bars, j, WG, PINGPONG)
+            if PP_MODE == 0:
+                _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
+            else:
+                if j == 0:
+                    _turn_wait(turn_bars, turn_base, WG, PINGPONG, PP_MODE)
             k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-            _turn_pass(turn_bars, WG, PINGPONG)
+            _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
             s_acc = warpgroup_mma_wait(0, deps=[s_tok])
             mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
             if j < n_unmasked:
@@ -261,10 +457,21 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             mbarrier.wait(v_ready.index(s), ph)
+            if PP_MODE != 0:
+                _turn_wait(turn_bars, turn_base + j + 1, WG, PINGPONG, PP_MODE)
             v = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
             o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=1)  # V_j read
+        if PP_MODE != 0:
+            if n_blocks > 0:
+                _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
+            turns = gl.where(n_blocks > 0, n_blocks + 1, 0)
+        else:
+            turns = n_blocks
+        if PERSISTENT:
+            if not TMA_STORE:
+                mbarrier.arrive(q_empty, count=1)
 
     # epilogue: one normalisation; rows that saw no key give 0 and lse = -inf
     l_o = gl.convert_layout(l_i, row_o)
@@ -272,40 +479,121 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     out = acc / gl.expand_dims(l_safe, 1)
     lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln 2
 
-    rows_o = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_o)
-    cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    row_off = ((b.to(gl.int64) * seqlen_q + rows_o) * heads + h) * HEAD_DIM
-    o_ptrs = out_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(cols_o, 0)
-    o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < HEAD_DIM, 0)
-    gl.store(o_ptrs, out.to(dtype), mask=o_mask)
+    if TMA_STORE:
+        # O goes through this warpgroup's own rows of the Q tile in shared memory (every QK^T
+        # that read them has completed) and out with one TMA store; the copy engine clips rows
+        # past seqlen_q and padded head-dim columns.
+        o_view = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+        o_view.store(out.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()  # the whole warpgroup has written its rows (a named barrier of 128)
+        tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                        q_smem.slice(WG * M_WG, M_WG, dim=1))
+        tma.store_wait(0)
+        if PERSISTENT:
+            gl.thread_barrier()
+            mbarrier.arrive(q_empty, count=1)  # Q rows free again once the store has read them
+    else:
+        rows_o = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_o)
+        cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        row_off = ((b.to(gl.int64) * seqlen_q + rows_o) * heads + h) * D_REAL
+        o_ptrs = out_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(cols_o, 0)
+        o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < D_REAL, 0)
+        gl.store(o_ptrs, out.to(dtype), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
     gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+    return kv_base + n_blocks, turn_base + turns
 
 
 @gluon.jit
 def _consumer_wg1(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
                   out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
-                  m_start, n_blocks, n_unmasked,
+                  m_start, n_blocks, n_unmasked, o_desc,
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-                  OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
+                  OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                  TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
     _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
-              1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG)
+              1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE)
 
 
 @gluon.jit
 def _consumer_wg0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
                   out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
-                  m_start, n_blocks, n_unmasked,
+                  m_start, n_blocks, n_unmasked, o_desc,
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-                  OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
+                  OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                  TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+    if PINGPONG:
+        if PP_MODE == 2:
+            _named_bar(1, True)  # warpgroup 0 opens its own first turn (FA3's mma_init)
     _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
-              0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG)
+              0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE)
+
+
+@gluon.jit
+def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                         turn_bars, out_ptr, lse_ptr, o_desc,
+                         n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
+                         WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                         BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                         OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                         TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+    if PINGPONG:
+        if PP_MODE == 2:
+            if WG == 0:
+                _named_bar(1, True)
+    num_tiles = n_bh * num_m_tiles
+    causal_off = seqlen_k - seqlen_q
+    c = gl.program_id(0) * 0  # K/V ring counter, carried across tiles (as the producer's)
+    t = gl.program_id(0) * 0  # pingpong turn counter
+    i = gl.program_id(0) * 0  # tiles done by this program: phase of q_bar
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info(
+            tile, n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+        c, t = _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
+                         out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
+                         m_start, n_blocks, n_unmasked,
+                         WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                         c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE)
+        i += 1
+
+
+@gluon.jit
+def _consumer_persistent_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                             turn_bars, out_ptr, lse_ptr, o_desc,
+                             n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
+                             CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                             HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                             OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                             TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+    _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                         turn_bars, out_ptr, lse_ptr, o_desc,
+                         n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
+                         0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                         D_REAL, TMA_STORE, PP_MODE)
+
+
+@gluon.jit
+def _consumer_persistent_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                             turn_bars, out_ptr, lse_ptr, o_desc,
+                             n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
+                             CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                             HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                             OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                             TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+    _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                         turn_bars, out_ptr, lse_ptr, o_desc,
+                         n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
+                         1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                         D_REAL, TMA_STORE, PP_MODE)
 
 
 @gluon.jit
@@ -314,9 +602,14 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                     OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                    o_desc=None, D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
+                    TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0):
     # 1-D grid over (batch * heads) x m-tiles, (batch, head) major so that neighbouring programs
     # share K/V in L2; with a causal mask the longest tiles (largest m) go first.
+    # PERSISTENT: grid = number of SMs, each program walks the tiles pid, pid + grid, ...
+    # (_tile_info); o_desc (TMA_STORE only): descriptor of out, box [1, BLOCK_M // 2, 1, HEAD_DIM].
+    # D_REAL: the tensors' head_dim when HEAD_DIM is a padded (native) one.
     pid = gl.program_id(0)
     bh = pid // num_m_tiles
     pid_m = pid % num_m_tiles
@@ -361,18 +654,211 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
 
     # (the argument tuples are written inline: a tuple assigned to a local first would turn its
     # constexpr entries into tensors)
-    gl.warp_specialize([
-        (_consumer_wg0, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
-                         out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
-                         m_start, n_blocks, n_unmasked,
-                         CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG)),
-        (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
-                         out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
-                         m_start, n_blocks, n_unmasked,
-                         CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG)),
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                     kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES)),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    if PERSISTENT:
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_empty, count=2)  # one arrival per consumer warpgroup
+        n_bh = q_desc.shape[0] * heads
+        gl.warp_specialize([
+            (_consumer_persistent_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready,
+                                        kv_empty, turn_bars, out_ptr, lse_ptr, o_desc,
+                                        n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k,
+                                        qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
+                                        OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE)),
+            (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready,
+                                        kv_empty, turn_bars, out_ptr, lse_ptr, o_desc,
+                                        n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k,
+                                        qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
+                                        OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE)),
+            (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
+                                    k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
+                                    seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer_wg0, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
+                             out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
+                             m_start, n_blocks, n_unmasked, o_desc,
+                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                             D_REAL, TMA_STORE, PP_MODE)),
+            (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
+                             out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
+                             m_start, n_blocks, n_unmasked, o_desc,
+                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                             D_REAL, TMA_STORE, PP_MODE)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                         kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# --------------------------------------------------------------------------------------------
+# Non-specialised variant (ablation "without warp specialisation"): one partition of two
+# warpgroups (8 warps, BLOCK_M rows, 64 per warpgroup as above) issues its own TMA loads and
+# waits on them; no producer warp, no setmaxnreg (every thread may use up to 255 registers).
+# K_{j+S} is loaded into the stage of K_j once both warpgroups have read K_j (a CTA barrier after
+# the QK^T wait), V likewise after P V: the same prefetch depth as the specialised kernel, but
+# the refill is on the consumers' critical path and costs two CTA-wide barriers per block.
+# --------------------------------------------------------------------------------------------
+@gluon.jit
+def _nows_load(desc, smem, bar, b, j, kvh, BLOCK_N: gl.constexpr):
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, [b, j * BLOCK_N, kvh, 0], bar, smem)
+
+
+@gluon.jit
+def attn_fwd_nows_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
+                         seqlen_q, seqlen_k, heads, kv_group, num_m_tiles, qk_scale,
+                         CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                         HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                         OVERLAP: gl.constexpr, D_REAL: gl.constexpr):
+    pid = gl.program_id(0)
+    bh = pid // num_m_tiles
+    pid_m = pid % num_m_tiles
+    if CAUSAL:
+        pid_m = num_m_tiles - 1 - pid_m
+    b = bh // heads
+    h = bh % heads
+    kvh = h // kv_group
+    m_start = pid_m * BLOCK_M
+    causal_off = seqlen_k - seqlen_q
+    if CAUSAL:
+        m_end = gl.minimum(m_start + BLOCK_M, seqlen_q)
+        kv_end = gl.minimum(m_end + causal_off, seqlen_k)
+        kv_end = gl.maximum(kv_end, 0)
+        n_blocks = gl.cdiv(kv_end, BLOCK_N)
+        full_end = gl.maximum(gl.minimum(m_start + causal_off + 1, seqlen_k), 0)
+        n_unmasked = gl.minimum(full_end // BLOCK_N, n_blocks)
+    else:
+        n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+        n_unmasked = seqlen_k // BLOCK_N
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+    for i in gl.static_range(NUM_STAGES):
+        if i < n_blocks:
+            _nows_load(k_desc, k_smem.index(i), k_ready.index(i), b, i, kvh, BLOCK_N)
+            _nows_load(v_desc, v_smem.index(i), v_ready.index(i), b, i, kvh, BLOCK_N)
+
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    q = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    rows = m_start + gl.arange(0, BLOCK_M, layout=row_s)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_s)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+    mbarrier.wait(q_bar, 0)
+
+    if OVERLAP:
+        p_prev = gl.zeros([BLOCK_M, BLOCK_N], dtype, layout=p_layout)
+        alpha_o = gl.full([BLOCK_M], 1.0, gl.float32, layout=row_o)
+        if n_blocks > 0:
+            mbarrier.wait(k_ready.index(0), 0)
+            k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+            s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+            gl.thread_barrier()  # both warpgroups have read K_0
+            if NUM_STAGES < n_blocks:
+                _nows_load(k_desc, k_smem.index(0), k_ready.index(0), b, NUM_STAGES, kvh, BLOCK_N)
+            if n_unmasked > 0:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
+                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout)
+            else:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
+                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout)
+            p_prev = gl.convert_layout(p.to(dtype), p_layout)
+        for j in range(1, n_blocks):
+            s = j % NUM_STAGES
+            sp = (j - 1) % NUM_STAGES
+            mbarrier.wait(k_ready.index(s), (j // NUM_STAGES) & 1)
+            k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+            acc = acc * gl.expand_dims(alpha_o, 1)
+            mbarrier.wait(v_ready.index(sp), ((j - 1) // NUM_STAGES) & 1)
+            v = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
+            o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+            s_acc = warpgroup_mma_wait(1, deps=[s_tok])
+            gl.thread_barrier()  # K_j read by both warpgroups
+            if j + NUM_STAGES < n_blocks:
+                _nows_load(k_desc, k_smem.index(s), k_ready.index(s), b, j + NUM_STAGES, kvh, BLOCK_N)
+            if j < n_unmasked:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout)
+            else:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout)
+            alpha_o = gl.convert_layout(alpha, row_o)
+            p_prev = gl.convert_layout(p.to(dtype), p_layout)
+            acc = warpgroup_mma_wait(0, deps=[o_tok])
+            gl.thread_barrier()  # V_{j-1} read by both warpgroups
+            if j - 1 + NUM_STAGES < n_blocks:
+                _nows_load(v_desc, v_smem.index(sp), v_ready.index(sp), b, j - 1 + NUM_STAGES, kvh,
+                           BLOCK_N)
+        if n_blocks > 0:
+            jl = n_blocks - 1
+            sl = jl % NUM_STAGES
+            acc = acc * gl.expand_dims(alpha_o, 1)
+            mbarrier.wait(v_ready.index(sl), (jl // NUM_STAGES) & 1)
+            v = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
+            o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[o_tok])
+    else:
+        for j in range(n_blocks):
+            s = j % NUM_STAGES
+            ph = (j // NUM_STAGES) & 1
+            mbarrier.wait(k_ready.index(s), ph)
+            k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+            s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+            gl.thread_barrier()  # K_j read by both warpgroups
+            if j + NUM_STAGES < n_blocks:
+                _nows_load(k_desc, k_smem.index(s), k_ready.index(s), b, j + NUM_STAGES, kvh, BLOCK_N)
+            if j < n_unmasked:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout)
+            else:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(v_ready.index(s), ph)
+            v = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+            o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[o_tok])
+            gl.thread_barrier()  # V_j read by both warpgroups
+            if j + NUM_STAGES < n_blocks:
+                _nows_load(v_desc, v_smem.index(s), v_ready.index(s), b, j + NUM_STAGES, kvh, BLOCK_N)
+
+    l_o = gl.convert_layout(l_i, row_o)
+    l_safe = gl.where(l_o == 0.0, 1.0, l_o)
+    out = acc / gl.expand_dims(l_safe, 1)
+    lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)
+    rows_o = m_start + gl.arange(0, BLOCK_M, layout=row_o)
+    cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    row_off = ((b.to(gl.int64) * seqlen_q + rows_o) * heads + h) * D_REAL
+    o_ptrs = out_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(cols_o, 0)
+    o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < D_REAL, 0)
+    gl.store(o_ptrs, out.to(dtype), mask=o_mask)
+    lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
+    gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
 
 
 # --------------------------------------------------------------------------------------------
@@ -400,9 +886,14 @@ def supports(q, k, v, causal) -> str | None:
         return f"the hopper backend needs an sm_90 GPU (H100/H200); this one is sm_{major}{minor}"
     if q.dtype not in _GL_DTYPES:
         return f"the hopper backend takes bfloat16 or float16, not {q.dtype}"
-    if q.shape[-1] not in SUPPORTED_HEAD_DIMS:
-        return (f"the hopper backend supports head_dim in {SUPPORTED_HEAD_DIMS}, "
-                f"got {q.shape[-1]}")
+    d = q.shape[-1]
+    if d not in NATIVE_HEAD_DIMS:
+        if d % 8 or d > 256:
+            return f"the hopper backend supports head_dim a multiple of 8 up to 256, got {d}"
+        if not PAD_HEAD_DIMS:
+            return (f"the hopper backend supports head_dim in {NATIVE_HEAD_DIMS}; head_dim {d} runs "
+                    f"padded to {padded_head_dim(d)} once verified on a GPU; not yet enabled "
+                    f"(hopper_fwd.PAD_HEAD_DIMS)")
     if q.shape[2] % k.shape[2] != 0:
         return "heads must be a multiple of kv_heads"
     return None
@@ -416,11 +907,25 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _descriptor(t: torch.Tensor, block: int):
+def _descriptor(t: torch.Tensor, block: int, box_d: int | None = None):
+    """4-D TMA descriptor with box [1, block, 1, box_d]; box_d > head_dim (a padded head dim):
+    the copy engine zero-fills the columns past the tensor's head_dim on loads and drops them on
+    stores (boxes <= 256 per dim; Triton splits the 128-byte-swizzled box into 64-column copies;
+    the tensor's dims need not be multiples of the box)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    d = t.shape[-1]
+    d = t.shape[-1] if box_d is None else box_d
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, block, 1, d],
                             smem_layout(t.dtype))
+
+
+_NUM_SMS = {}
+
+
+def _num_sms(device) -> int:
+    idx = torch.device(device).index or 0
+    if idx not in _NUM_SMS:
+        _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _NUM_SMS[idx]
 
 
 def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | None = None,
@@ -438,17 +943,31 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
                                                     dtype=q.dtype, device=q.device)
     lse = _lse if _lse is not None else torch.empty((batch, heads, seqlen_q),
                                                     dtype=torch.float32, device=q.device)
-    q_desc = _descriptor(q, cfg.block_m)
-    k_desc = _descriptor(k, cfg.block_n)
-    v_desc = _descriptor(v, cfg.block_n)
+    d_pad = padded_head_dim(head_dim)
+    q_desc = _descriptor(q, cfg.block_m, d_pad)
+    k_desc = _descriptor(k, cfg.block_n, d_pad)
+    v_desc = _descriptor(v, cfg.block_n, d_pad)
     num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
-    grid = (batch * heads * num_m_tiles,)
+    n_tiles = batch * heads * num_m_tiles
+    args = (q_desc, k_desc, v_desc, out, lse,
+            seqlen_q, seqlen_k, heads, heads // kv_heads, num_m_tiles, softmax_scale * LOG2E)
+    if not cfg.warp_specialize:
+        attn_fwd_nows_kernel[(n_tiles,)](
+            *args, CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d_pad,
+            NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, D_REAL=head_dim,
+            num_warps=cfg.num_warps)
+        return out, lse
+    grid = (min(n_tiles, _num_sms(q.device)),) if cfg.persistent else (n_tiles,)
+    # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
+    # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
+    o_desc = _descriptor(out, cfg.block_m // 2, d_pad) if cfg.tma_store else None
     attn_fwd_kernel[grid](
-        q_desc, k_desc, v_desc, out, lse,
-        seqlen_q, seqlen_k, heads, heads // kv_heads, num_m_tiles, softmax_scale * LOG2E,
-        CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
+        *args,
+        CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d_pad,
         NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, PINGPONG=cfg.pingpong,
         CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
+        o_desc=o_desc, D_REAL=head_dim, PERSISTENT=cfg.persistent, TMA_STORE=cfg.tma_store,
+        PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0,
         num_warps=cfg.num_warps, maxnreg=cfg.maxnreg,
     )
     return out, lse
@@ -460,26 +979,41 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
 # --------------------------------------------------------------------------------------------
 def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
                  config: FwdConfig | None = None):
-    """Compile attn_fwd_kernel for sm_90a with the bundled ptxas; returns triton's CompiledKernel."""
+    """Compile the kernel `config` selects for sm_90a with the bundled ptxas (triton's
+    CompiledKernel). head_dim may be a padded one (e.g. 96: compiled at 128 with D_REAL 96)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     cfg = config or get_config(head_dim)
+    d_pad = padded_head_dim(head_dim)
     lay = repr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4))
     signature = {
-        "q_desc": f"tensordesc<{dtype}[1, {cfg.block_m}, 1, {head_dim}],{lay}>",
-        "k_desc": f"tensordesc<{dtype}[1, {cfg.block_n}, 1, {head_dim}],{lay}>",
-        "v_desc": f"tensordesc<{dtype}[1, {cfg.block_n}, 1, {head_dim}],{lay}>",
+        "q_desc": f"tensordesc<{dtype}[1, {cfg.block_m}, 1, {d_pad}],{lay}>",
+        "k_desc": f"tensordesc<{dtype}[1, {cfg.block_n}, 1, {d_pad}],{lay}>",
+        "v_desc": f"tensordesc<{dtype}[1, {cfg.block_n}, 1, {d_pad}],{lay}>",
         "out_ptr": f"*{dtype}", "lse_ptr": "*fp32",
         "seqlen_q": "i32", "seqlen_k": "i32", "heads": "i32", "kv_group": "i32",
         "num_m_tiles": "i32", "qk_scale": "fp32",
     }
     constexprs = dict(CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                      HEAD_DIM=head_dim, NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap,
-                      PINGPONG=cfg.pingpong, CONSUMER_REGS=cfg.consumer_regs,
-                      PRODUCER_REGS=cfg.producer_regs)
+                      HEAD_DIM=d_pad, NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap)
+    if cfg.warp_specialize:
+        kernel = attn_fwd_kernel
+        constexprs.update(PINGPONG=cfg.pingpong, CONSUMER_REGS=cfg.consumer_regs,
+                          PRODUCER_REGS=cfg.producer_regs)
+        if cfg.tma_store:
+            signature["o_desc"] = (f"tensordesc<{dtype}[1, {cfg.block_m // 2}, 1, {d_pad}],"
+                                   f"{lay}>")
+        else:
+            constexprs["o_desc"] = None
+        constexprs.update(D_REAL=head_dim, PERSISTENT=cfg.persistent, TMA_STORE=cfg.tma_store,
+                          PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0)
+        options = {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg}
+    else:
+        kernel = attn_fwd_nows_kernel
+        constexprs["D_REAL"] = head_dim
+        options = {"num_warps": cfg.num_warps}
     for name in constexprs:
         signature[name] = "constexpr"
-    src = GluonASTSource(attn_fwd_kernel, signature, constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg})
+    src = GluonASTSource(kernel, signature, constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
