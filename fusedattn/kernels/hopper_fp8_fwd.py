@@ -1,0 +1,695 @@
+"""Hopper (sm_90a) FP8 (e4m3) attention forward, written in Gluon (Triton 3.6.0).
+
+    from fusedattn import quantize_fp8
+    qq = quantize_fp8(q, role="q", rotate=True); kq = quantize_fp8(k, role="k", rotate=True)
+    vq = quantize_fp8(v, role="v")
+    out, lse = hopper_fp8_fwd.forward(qq, kq, vq, causal, softmax_scale)   # out bf16, lse fp32
+
+Computes exactly what ``fusedattn.fp8_reference.fp8_attention_forward`` specifies (up to the order
+of float32 additions and the tensor core's FP8 accumulator), one key block of BLOCK_N keys at a time:
+
+    S   = (Q8 @ K8_j^T) * (q_scale[row] * k_scale[j]) * softmax_scale    e4m3 wgmma, fp32 acc
+    m'  = max(m, rowmax S);  P = exp(S - m') * 256                         fp32 (exp2, log2 domain)
+    l   = alpha * l + rowsum(P)                                            from the fp32 P
+    O   = alpha * O + (e4m3(P) @ V8_j) * v_scale[j]                        e4m3 wgmma, fp32 acc
+    out = O / l  (bf16),  lse = m + ln(l / 256)
+
+Layout: q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, kv_heads, head_dim), all
+float8_e4m3fn codes from :func:`fusedattn.quantize_fp8` with float32 scales (batch, heads, blocks).
+Causal masking is bottom-right aligned; a row that sees no key gets out = 0 and lse = -inf.
+
+Program structure (one CTA = BLOCK_M = 128 query rows of one (batch, head); BLOCK_N = 128 keys),
+as the 16-bit kernel (``hopper_fwd.py``) but with a whole producer warpgroup:
+
+    partition        warps  registers     work
+    consumer 0       4      232 (rest)    rows [0, 64)     (Gluon default partition)
+    consumer 1       4      240           rows [64, 128)
+    producer         4      32            TMA of Q, K, V; transposes each V tile in shared memory
+
+Design choices (and why):
+
+* **V transposed in shared memory by the producer warpgroup.** e4m3 wgmma reads its shared-memory
+  operands K-major only (no transpose bit for 8-bit types), so the B operand of P V must be
+  V^T (head_dim, BLOCK_N) with the keys contiguous. The producer TMA-loads each V tile as
+  head_dim / 64 boxes (BLOCK_N, 64) into a staging ring (V_STAGES = 2 slots, 64-byte swizzle);
+  its 128 threads then load each box into registers (16 per thread, 16-byte loads), and store it
+  transposed into the V^T ring (NUM_STAGES slots, (head_dim, 128) with 128-byte NVMMA swizzle,
+  the layout wgmma reads; Triton lowers these stores to stmatrix), execute
+  ``fence_async_shared`` (generic-proxy writes made visible to the async proxy wgmma reads
+  through), synchronise the warpgroup (named barrier) and arrive on ``vt_ready``. The TMA of
+  V_{j+1} is issued before the transpose of V_j, so the copy hides behind it, and the transposes
+  run one to two blocks ahead of the consumers. This is FA3's choice (its producer warpgroup
+  transposes with LDSM.T/STSM): the consumers' instruction stream (the bottleneck: tensor cores
+  and softmax) stays the same as in the 16-bit kernel, and the producer warpgroup is otherwise
+  idle. Costs: the producer is 4 warps instead of 1 (the thread count stays 384: a 1-warp producer
+  is padded to a warpgroup anyway) and needs 32 registers instead of 24 (at 24 the transpose
+  spills), which leaves 232 for consumer 0; plus the staging ring in shared memory. A global
+  transpose before the call would cost a pass over V in HBM (FA3 rejects it for that reason);
+  transposing in the consumers would take issue slots from the softmax and the wgmma issue.
+  The register layout of the transpose was chosen by enumerating lane/vector assignments for
+  shared-memory bank conflicts (see ``_transpose_v``).
+* **Keys permuted identically in P and V^T, so P needs no shuffles.** The 8-bit A operand of
+  wgmma from registers (k_width 4) holds, per thread, other key columns than the fp32 score
+  accumulator does. Rather than move P between threads, the transpose writes V^T with its keys
+  permuted within each group of 32 (position k' holds key pi(k'), a permutation of the index
+  bits) and P is relabelled with the same pi: P V = sum_k' P[:, pi(k')] V[pi(k'), :]. With this
+  pi the conversion from the accumulator layout to the operand layout is a register renaming
+  (checked at compile time: ``convert_layout(..., assert_trivial=True)``).
+* **Scales applied exactly.** q_scale is read per query row (the row's block), so any block_size
+  of q gives the reference's result; k_scale[j] multiplies the fp32 scores of key block j together
+  with q_scale and softmax_scale * log2(e), before the max. v_scale[j] cannot be folded into P
+  before requantising (e4m3(P * 256 * v_scale) rounds differently from e4m3(P * 256) * v_scale, and
+  could leave e4m3's range), and a separate accumulator per block would cost head_dim / 2 more
+  registers. Instead O is kept *in units of the current block's v_scale*: before P_j V_j is
+  accumulated, O is multiplied by alpha_j * v_scale[j-1] / v_scale[j] (folded into the alpha
+  rescale that runs anyway, so free), and the epilogue multiplies by v_scale[last] / l. This is the
+  reference's O = alpha * O + (P8 V8) * v_scale[j] with the same products, up to float32 rounding
+  of the ratio (relative 2**-22 per block). Limitation: the ratio must stay finite in float32
+  (ratios of v block maxima below ~1e30).
+* **P requantised in registers.** P * 256 = exp2(s - (m - 8)) lies in [0, 256], is converted to
+  e4m3 in registers (cvt.rn.satfinite: round to nearest even, saturating, as the reference's
+  clamp + cast) and fed to the P V wgmma as its A operand from registers
+  (``DotOperandLayout(0, parent, k_width=4)``: Gluon 3.6 supports 8-bit register A operands). The
+  row sum comes from the fp32 P, as in the reference.
+* Intra-warpgroup overlap (FA3 alg. 2) at hdim 64 and 128: QK^T of block j is in flight together
+  with P V of block j-1; K and V^T of a stage are released separately. At hdim 256 the overlapped
+  loop needs O (128) + S (64) + P (16) registers at once and spills ~130 registers per thread, so
+  hdim 256 runs block by block (unmasked blocks first, in their own loop): 0 spills.
+* FP8 accumulation: wgmma's e4m3 accumulator is used as is (no max_num_imprecise_acc split), as
+  FA3 does; the reference module's docstring notes the difference this can make.
+
+The quantised tensors' block sizes: k and v must have block_size == BLOCK_N (one scale per key tile,
+and the same online-softmax blocking as the reference, so the two agree to float32 rounding); q may
+have any block_size (the scale is looked up per row).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+P_SCALE_LOG2 = 8.0  # P is stored as e4m3(P * 2**8); must equal log2(fp8_reference.P_SCALE)
+
+SUPPORTED_HEAD_DIMS = (64, 128, 256)
+
+
+# --------------------------------------------------------------------------------------------
+# Tile configurations
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fp8FwdConfig:
+    block_m: int = 128        # query rows per program (two consumer warpgroups of block_m // 2)
+    block_n: int = 128        # keys per K/V block: must equal k/v's quantisation block_size
+    num_stages: int = 2       # K ring and V^T ring depth
+    v_stages: int = 2         # V staging ring (TMA destination before the transpose)
+    overlap: bool = True      # intra-warpgroup overlap (FA3 alg. 2) of softmax and GEMMs
+    consumer_regs: int = 240
+    producer_regs: int = 32   # the transpose needs > 24 (24 spills); consumer wg0 gets 232
+    maxnreg: int = 168        # register cap at entry: 168 * 384 <= 64K
+
+    @property
+    def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
+        return 4
+
+
+# block_n is 128 everywhere: quantize_fp8's default block_size, and a power of two (scale blocks
+# are). FA3 FP8 uses 192x160 (hdim 64), 128x224 (128), 128x128 (256); 224 and 160 cannot hold one
+# scale per tile with power-of-two quantisation blocks. Registers (ptxas, CPU compile): with the
+# producer at 32 registers the default partition (consumer wg0) gets 232 = 168 * 3 - 240 - 32;
+# at 24 the producer's transpose spills. hdim 256 with overlap spills ~130 registers per thread in
+# each consumer (O 128 + S 64 + P 16 + state > 232), so hdim 256 runs without overlap (0 spills).
+# Shared memory: hdim 64 72.5 KB, 128 112.4 KB, 256 224.4 KB (of 227 KB).
+CONFIGS = {
+    64: Fp8FwdConfig(num_stages=3, v_stages=2),
+    128: Fp8FwdConfig(num_stages=2, v_stages=2),
+    256: Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False),
+}
+
+
+def get_config(head_dim: int, **overrides) -> Fp8FwdConfig:
+    cfg = CONFIGS[head_dim]
+    if overrides:
+        cfg = Fp8FwdConfig(**{**cfg.__dict__, **overrides})
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------------
+@gluon.jit
+def _key_perm(x, ROWS: gl.constexpr, COLS: gl.constexpr, KEY_DIM: gl.constexpr):
+    """Reorder the 128 keys of x as the P V wgmma reads them (pi, see _transpose_v).
+
+    KEY_DIM 1: x is (ROWS, 128 keys) -> (ROWS, 128 positions k'), position k' holding key pi(k').
+    KEY_DIM 0: x is (128 keys, COLS) -> (COLS, 128 positions k') (the transpose of V, with pi).
+    pi is a permutation of the bits of the key index within each group of 32: key bits
+    (0, 1, 2, 3, 4) = k' bits (0, 2, 3, 1, 4). Reshape and permute only relabel elements: no data
+    moves between threads.
+    """
+    if KEY_DIM == 1:
+        # (r, n65, n4, n3, n2, n1, n0) -> (r, n65, n4, n2, n1, n3, n0)
+        y = x.reshape([ROWS, 4, 2, 2, 2, 2, 2]).permute((0, 1, 2, 4, 5, 3, 6))
+        return y.reshape([ROWS, 128])
+    else:
+        # (n65, n4, n3, n2, n1, n0, d) -> (d, n65, n4, n2, n1, n3, n0)
+        y = x.reshape([4, 2, 2, 2, 2, 2, COLS]).permute((6, 0, 1, 3, 4, 2, 5))
+        return y.reshape([COLS, 128])
+
+
+@gluon.jit
+def _transpose_v(src, dst):
+    """dst[d, k'] = src[pi(k'), d] for one (128 keys, 64 head-dim columns) V chunk.
+
+    Run by all 128 threads of the producer warpgroup; each holds 64 bytes (16 registers). The
+    register layout (linear, over (key n, column d)): registers d bits 0-3 (16-byte loads along d
+    from the staging chunk: 64-byte rows, 64-byte swizzle) and key bits 0, 3 (= k' bits 0, 1:
+    4-byte stores along k' into V^T: 128-byte rows, 128-byte swizzle); lanes key bits 1, 2, 4, 5,
+    6; warps d bits 4, 5. Found by enumerating every assignment of single bits to lanes, vector
+    widths 4/8/16 bytes and staging swizzles none/32/64 (a distributed layout's bases may not mix
+    dimensions, which rules out XOR "diagonals"): this one needs 48 shared-memory wavefronts per
+    warp and chunk, against 32 for a conflict-free transpose (loads 2-way, stores conflict-free).
+    Triton 3.6 lowers the stores to stmatrix.m8n8.x4.b16 (16-byte rows: conflict-free) and the
+    loads to ld.shared.v4.b32 (CPU compile, PTX).
+    """
+    layout: gl.constexpr = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]],
+        lane_bases=[[2, 0], [4, 0], [16, 0], [32, 0], [64, 0]],
+        warp_bases=[[0, 16], [0, 32]],
+        block_bases=[],
+        shape=[128, 64])
+    tile = src.load(layout)                                   # (128 keys, 64 columns)
+    dst.store(_key_perm(tile, 128, 64, 0))                    # (64 columns, 128 positions)
+
+
+@gluon.jit
+def _load_v(v_desc, vs_smem, bar, b, kvh, n0, slot, NCH: gl.constexpr):
+    """TMA of one V tile (BLOCK_N, head_dim) as NCH boxes of 64 columns into staging slot `slot`."""
+    mbarrier.expect(bar, NCH * v_desc.block_type.nbytes)
+    for c in gl.static_range(NCH):
+        tma.async_copy_global_to_shared(v_desc, [b, n0, kvh, c * 64], bar,
+                                        vs_smem.index(slot * NCH + c))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
+              q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
+              b, h, kvh, m_start, n_blocks,
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+              V_STAGES: gl.constexpr):
+    NCH: gl.constexpr = HEAD_DIM // 64
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+    if n_blocks > 0:
+        _load_v(v_desc, vs_smem, vs_ready.index(0), b, kvh, 0, 0, NCH)
+        mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, 0, kvh, 0], k_ready.index(0), k_smem.index(0))
+    for j in range(n_blocks):
+        jn = j + 1
+        if jn < n_blocks:
+            # V_{j+1} into its staging slot (last read by the transpose of V_{j+1-V_STAGES}, done
+            # before the warpgroup barrier of an earlier iteration), then K_{j+1} once both
+            # consumer warpgroups released that K stage (a fresh barrier passes at once).
+            _load_v(v_desc, vs_smem, vs_ready.index(jn % V_STAGES), b, kvh, jn * BLOCK_N,
+                    jn % V_STAGES, NCH)
+            sn = jn % NUM_STAGES
+            mbarrier.wait(k_empty.index(sn), ((jn // NUM_STAGES) & 1) ^ 1)
+            mbarrier.expect(k_ready.index(sn), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [b, jn * BLOCK_N, kvh, 0], k_ready.index(sn),
+                                            k_smem.index(sn))
+        # transpose V_j: staging slot j % V_STAGES -> V^T stage j % NUM_STAGES, 64 columns at a time
+        vs = j % V_STAGES
+        s = j % NUM_STAGES
+        mbarrier.wait(vs_ready.index(vs), (j // V_STAGES) & 1)
+        mbarrier.wait(vt_empty.index(s), ((j // NUM_STAGES) & 1) ^ 1)
+        vt = vt_smem.index(s)
+        for c in gl.static_range(NCH):
+            _transpose_v(vs_smem.index(vs * NCH + c).reshape([BLOCK_N, 64]),
+                         vt.slice(c * 64, 64, dim=0))
+        fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
+        gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
+        mbarrier.arrive(vt_ready.index(s), count=1)
+
+
+@gluon.jit
+def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                    MASK: gl.constexpr, CAUSAL: gl.constexpr,
+                    BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """One block of the running softmax, log2 domain. Returns p = P * 256 (fp32), alpha, m, l."""
+    # scores in log2 units: acc * q_scale[row] * k_scale[j] * softmax_scale * log2(e)
+    qk = s_acc * gl.expand_dims(row_f * k_sc, 1)
+    if MASK:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        valid = gl.expand_dims(cols < seqlen_k, 0)
+        if CAUSAL:
+            valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
+        qk = gl.where(valid, qk, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+    if MASK:
+        # a row with no visible key so far keeps m = -inf; use 0 so that exp2 gives 0, not NaN
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    # P * 2**8 = exp2(qk - (m - 8)) in [0, 256] (FA3's FP8 trick: the scale is in the exponent)
+    p = gl.exp2(qk - gl.expand_dims(m_use - 8.0, 1))
+    alpha = gl.exp2(m_i - m_use)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _tile(seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles,
+          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """This program's (b, h, kv head, first row, key blocks, key blocks needing no mask).
+
+    Computed in each partition from the kernel arguments (instead of being captured from the
+    prologue) so that ptxas can rematerialise them rather than keep them live: at hdim 256 every
+    register counts. 1-D grid over (batch * heads) x m-tiles, (batch, head) major; causal: the
+    longest tiles (largest m) first.
+    """
+    pid = gl.program_id(0)
+    bh = pid // num_m_tiles
+    pid_m = pid % num_m_tiles
+    if CAUSAL:
+        pid_m = num_m_tiles - 1 - pid_m
+    b = bh // heads
+    h = bh % heads
+    kvh = h // (heads // kv_heads)
+    m_start = pid_m * BLOCK_M
+    causal_off = seqlen_k - seqlen_q
+    if CAUSAL:
+        m_end = gl.minimum(m_start + BLOCK_M, seqlen_q)
+        kv_end = gl.minimum(m_end + causal_off, seqlen_k)
+        kv_end = gl.maximum(kv_end, 0)
+        n_blocks = gl.cdiv(kv_end, BLOCK_N)
+        # blocks whose every key is visible to every row of the tile need no mask
+        full_end = gl.maximum(gl.minimum(m_start + causal_off + 1, seqlen_k), 0)
+        n_unmasked = gl.minimum(full_end // BLOCK_N, n_blocks)
+    else:
+        n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+        n_unmasked = seqlen_k // BLOCK_N
+    return b, h, kvh, m_start, n_blocks, n_unmasked
+
+
+@gluon.jit
+def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
+                  acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
+                  MASK: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, M_WG: gl.constexpr,
+                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+    """Key block j without overlap: QK^T_j, softmax, O = O * alpha * v_unit / v_j + P_j V_j."""
+    s = j % NUM_STAGES
+    ph = (j // NUM_STAGES) & 1
+    k_sc = gl.load(ks_ptr + kv_sc + j)
+    v_j = gl.load(vs_ptr + kv_sc + j)
+    mbarrier.wait(k_ready.index(s), ph)
+    k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+    s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+    mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
+    p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k,
+                                         causal_off, MASK, CAUSAL, BLOCK_N, s_layout)
+    # O in units of v_scale[j] before P_j V_j is added (alpha = 0 at the first block)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o) * (v_unit / v_j), 1)
+    p_op = gl.convert_layout(_key_perm(p.to(q.dtype), M_WG, 0, 1), p_layout, assert_trivial=True)
+    mbarrier.wait(vt_ready.index(s), ph)
+    v = vt_smem.index(s).permute((1, 0))
+    o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[o_tok])
+    mbarrier.arrive(vt_empty.index(s), count=1)    # V^T_j read
+    return acc, m_i, l_i, v_j
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+              out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+              heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
+              WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+              OVERLAP: gl.constexpr):
+    M_WG: gl.constexpr = BLOCK_M // 2
+    fp8: gl.constexpr = q_smem.dtype
+    b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
+                                                     num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
+    causal_off = seqlen_k - seqlen_q
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 32])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 32])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    q = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+    rows = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_s)
+    # per-row factor: q_scale[batch, head, row // q_block] * softmax_scale * log2(e)
+    q_blk = gl.minimum(rows // q_block, q_nblk - 1)
+    row_f = gl.load(qs_ptr + (b * heads + h) * q_nblk + q_blk) * qk_scale
+    kv_sc = (b * kv_heads + kvh) * kv_nblk     # int32: the scale tensors are small
+
+    m_i = gl.full([M_WG], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([M_WG], gl.float32, layout=row_s)
+    acc = gl.zeros([M_WG, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
+    v_unit = 1.0   # acc holds O / v_unit (v_unit = v_scale of the last block added)
+
+    mbarrier.wait(q_bar, 0)
+
+    if OVERLAP:
+        # FA3 alg. 2: iteration j issues QK^T_j, rescales O while it runs, issues P_{j-1} V_{j-1},
+        # then does the softmax of block j while P V is in flight.
+        p_prev = gl.zeros([M_WG, BLOCK_N], fp8, layout=p_layout)
+        alpha_o = gl.full([M_WG], 1.0, gl.float32, layout=row_o)
+        if n_blocks > 0:
+            k_sc = gl.load(ks_ptr + kv_sc)
+            v_unit = gl.load(vs_ptr + kv_sc)
+            mbarrier.wait(k_ready.index(0), 0)
+            k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+            s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+            mbarrier.arrive(k_empty.index(0), count=1)  # K_0 read
+            if n_unmasked > 0:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, 0, seqlen_k,
+                                                     causal_off, False, CAUSAL, BLOCK_N, s_layout)
+            else:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, 0, seqlen_k,
+                                                     causal_off, True, CAUSAL, BLOCK_N, s_layout)
+            p_prev = gl.convert_layout(_key_perm(p.to(fp8), M_WG, 0, 1), p_layout, assert_trivial=True)
+        for j in range(1, n_blocks):
+            s = j % NUM_STAGES
+            sp = (j - 1) % NUM_STAGES
+            k_sc = gl.load(ks_ptr + kv_sc + j)
+            v_prev = gl.load(vs_ptr + kv_sc + (j - 1))
+            mbarrier.wait(k_ready.index(s), (j // NUM_STAGES) & 1)
+            k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+            # O in units of v_scale[j-1] before P_{j-1} V_{j-1} is added
+            acc = acc * gl.expand_dims(alpha_o * (v_unit / v_prev), 1)
+            v_unit = v_prev
+            mbarrier.wait(vt_ready.index(sp), ((j - 1) // NUM_STAGES) & 1)
+            v = vt_smem.index(sp).permute((1, 0))          # (BLOCK_N, HEAD_DIM), K-major
+            o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+            s_acc = warpgroup_mma_wait(1, deps=[s_tok])
+            mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
+            if j < n_unmasked:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k,
+                                                     causal_off, False, CAUSAL, BLOCK_N, s_layout)
+            else:
+                p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k,
+                                                     causal_off, True, CAUSAL, BLOCK_N, s_layout)
+            alpha_o = gl.convert_layout(alpha, row_o)
+            p_prev = gl.convert_layout(_key_perm(p.to(fp8), M_WG, 0, 1), p_layout, assert_trivial=True)
+            acc = warpgroup_mma_wait(0, deps=[o_tok])
+            mbarrier.arrive(vt_empty.index(sp), count=1)   # V^T_{j-1} read
+        if n_blocks > 0:
+            jl = n_blocks - 1
+            sl = jl % NUM_STAGES
+            v_last = gl.load(vs_ptr + kv_sc + jl)
+            acc = acc * gl.expand_dims(alpha_o * (v_unit / v_last), 1)
+            v_unit = v_last
+            mbarrier.wait(vt_ready.index(sl), (jl // NUM_STAGES) & 1)
+            v = vt_smem.index(sl).permute((1, 0))
+            o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[o_tok])
+            mbarrier.arrive(vt_empty.index(sl), count=1)
+
+    else:
+        # one block at a time: QK^T_j, softmax, P_j V_j (fewer live registers: hdim 256); the
+        # blocks that need no mask first, in their own loop
+        for j in range(0, n_unmasked):
+            acc, m_i, l_i, v_unit = _block_serial(
+                q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
+                acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
+                False, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout)
+        for j in range(n_unmasked, n_blocks):
+            acc, m_i, l_i, v_unit = _block_serial(
+                q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
+                acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
+                True, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout)
+
+    # epilogue: out = O * v_scale[last] / l; rows that saw no key give 0 and lse = -inf
+    l_o = gl.convert_layout(l_i, row_o)
+    l_safe = gl.where(l_o == 0.0, 1.0, l_o)
+    out = acc * gl.expand_dims(v_unit / l_safe, 1)
+    lse = gl.where(l_i == 0.0, float("-inf"),
+                   (m_i + gl.log2(l_i) - 8.0) * 0.6931471805599453)  # ln(l / 256) + m
+
+    rows_o = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_o)
+    cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    row_off = ((b.to(gl.int64) * seqlen_q + rows_o) * heads + h) * HEAD_DIM
+    o_ptrs = out_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(cols_o, 0)
+    o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < HEAD_DIM, 0)
+    gl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
+    lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
+    gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+
+
+@gluon.jit
+def _consumer_wg0(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+                  out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                  heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
+                  kv_nblk,
+                  CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+    _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+              out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+              heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
+              0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP)
+
+
+@gluon.jit
+def _consumer_wg1(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+                  out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                  heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
+                  kv_nblk,
+                  CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+    _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+              out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+              heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
+              1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP)
+
+
+@gluon.jit
+def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                        seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, qk_scale,
+                        q_block, q_nblk, kv_nblk,
+                        CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                        HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                        V_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
+                                                     num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
+
+    fp8: gl.constexpr = q_desc.dtype
+    vt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
+                                                   rank=2)
+    q_smem = gl.allocate_shared_memory(fp8, q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(fp8, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
+    # V staging: V_STAGES slots of HEAD_DIM // 64 boxes (BLOCK_N, 64) each (64-byte swizzle)
+    vs_smem = gl.allocate_shared_memory(fp8, [V_STAGES * (HEAD_DIM // 64)] + v_desc.block_type.shape,
+                                        v_desc.layout)
+    vt_smem = gl.allocate_shared_memory(fp8, [NUM_STAGES, HEAD_DIM, BLOCK_N], vt_layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    vt_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    vt_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    vs_ready = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)    # one arrival per consumer warpgroup
+        mbarrier.init(vt_ready.index(i), count=1)   # the producer warpgroup, after its barrier
+        mbarrier.init(vt_empty.index(i), count=2)
+    for i in gl.static_range(V_STAGES):
+        mbarrier.init(vs_ready.index(i), count=1)
+
+    gl.warp_specialize([
+        (_consumer_wg0, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+                         out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                         heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                         q_nblk, kv_nblk,
+                         CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP)),
+        (_consumer_wg1, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+                         out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                         heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                         q_nblk, kv_nblk,
+                         CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
+                     q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
+                     b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES)),
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# --------------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------------
+def smem_layout(head_dim: int, rank: int = 4) -> gl.NVMMASharedLayout:
+    """Shared layout of a [1, BLOCK, 1, head_dim] e4m3 TMA box: the widest swizzle of a row."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=min(128, head_dim), element_bitwidth=8,
+                                rank=rank)
+
+
+def shared_memory_bytes(head_dim: int, cfg: Fp8FwdConfig) -> int:
+    """Shared memory of the tiles (1 byte each): Q, the K ring, the V staging ring, the V^T ring."""
+    return head_dim * (cfg.block_m + (2 * cfg.num_stages + cfg.v_stages) * cfg.block_n)
+
+
+def _tma_ready(t: torch.Tensor) -> torch.Tensor:
+    """TMA needs a 16-byte aligned base and 16-byte multiple strides; copy if not."""
+    es = t.element_size()
+    if t.stride(-1) != 1 or t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]):
+        t = t.contiguous()
+    return t
+
+
+def _descriptor(t: torch.Tensor, block: int, cols: int):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, block, 1, cols],
+                            smem_layout(cols))
+
+
+_OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _block_size_error(qq, kq, vq, cfg: Fp8FwdConfig) -> str | None:
+    for name, t in (("kq", kq), ("vq", vq)):
+        if t.block_size != cfg.block_n:
+            return (f"{name} was quantised with block_size={t.block_size}, but the FP8 kernel's key "
+                    f"tile is BLOCK_N={cfg.block_n}: quantise k and v with "
+                    f"quantize_fp8(..., block_size={cfg.block_n}) (one scale per key tile)")
+    return None
+
+
+def supports(qq, kq, vq, causal: bool = False) -> str | None:
+    """None if this kernel can run the call, else a plain-English reason.
+
+    Takes QuantizedTensors from fusedattn.quantize_fp8 (q, k, v roles)."""
+    from ..fp8 import QuantizedTensor
+    for name, t in (("qq", qq), ("kq", kq), ("vq", vq)):
+        if not isinstance(t, QuantizedTensor):
+            return f"{name} must be a QuantizedTensor (fusedattn.quantize_fp8), got {type(t).__name__}"
+    if not (qq.data.is_cuda and kq.data.is_cuda and vq.data.is_cuda):
+        return "the hopper FP8 kernel needs CUDA tensors"
+    major, minor = torch.cuda.get_device_capability(qq.data.device)
+    if (major, minor) != (9, 0):
+        return f"the hopper FP8 kernel needs an sm_90 GPU (H100/H200); this one is sm_{major}{minor}"
+    d = qq.shape[-1]
+    if d not in SUPPORTED_HEAD_DIMS:
+        return f"the hopper FP8 kernel supports head_dim in {SUPPORTED_HEAD_DIMS}, got {d}"
+    if qq.data.dtype != torch.float8_e4m3fn:
+        return f"the hopper FP8 kernel takes float8_e4m3fn data, got {qq.data.dtype}"
+    if qq.shape[2] % kq.shape[2] != 0:
+        return "heads must be a multiple of kv_heads"
+    return _block_size_error(qq, kq, vq, get_config(d))
+
+
+def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
+            config: Fp8FwdConfig | None = None, out_dtype: torch.dtype = torch.bfloat16,
+            _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None):
+    """FP8 attention forward: (out, lse) as fusedattn.fp8_reference.fp8_attention_forward.
+
+    qq, kq, vq: QuantizedTensors (roles "q", "k", "v"; q and k both rotated with one seed or both
+    not; v not rotated). kq and vq must have block_size == BLOCK_N (128): ValueError otherwise,
+    naming the argument. qq may have any block_size. out: (batch, seqlen_q, heads, head_dim) in
+    out_dtype (bf16 default); lse: float32 (batch, heads, seqlen_q), natural log, -inf for rows
+    that see no key. softmax_scale defaults to 1/sqrt(head_dim). _out/_lse: preallocated
+    contiguous outputs (tests poison them before the launch).
+    """
+    from ..fp8_reference import _check
+    _check(qq, kq, vq)   # types, roles, rotation/seed consistency, shapes, devices
+    batch, seqlen_q, heads, head_dim = qq.shape
+    _, seqlen_k, kv_heads, _ = kq.shape
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {head_dim}")
+    cfg = config or get_config(head_dim)
+    if cfg.block_n != 128 or cfg.block_m != 128:
+        raise ValueError("the kernel's tiles are fixed at BLOCK_M = BLOCK_N = 128 (the transpose "
+                         "and the key permutation are written for 128 keys)")
+    if cfg.v_stages < 2:
+        raise ValueError("v_stages must be >= 2 (V_{j+1} is loaded while V_j is transposed)")
+    err = _block_size_error(qq, kq, vq, cfg)
+    if err:
+        raise ValueError(err)
+    if out_dtype not in _OUT_DTYPES:
+        raise ValueError(f"out_dtype must be bfloat16 or float16, got {out_dtype}")
+    if seqlen_q == 0 or seqlen_k == 0 or batch == 0 or heads == 0:
+        raise ValueError("empty inputs are handled by the caller (seqlen_k == 0 gives zeros)")
+    scale = head_dim ** -0.5 if softmax_scale is None else float(softmax_scale)
+    q, k, v = _tma_ready(qq.data), _tma_ready(kq.data), _tma_ready(vq.data)
+    qs = qq.scales.to(torch.float32).contiguous()
+    ks = kq.scales.to(torch.float32).contiguous()
+    vs = vq.scales.to(torch.float32).contiguous()
+    dev = q.device
+    out = _out if _out is not None else torch.empty((batch, seqlen_q, heads, head_dim),
+                                                    dtype=out_dtype, device=dev)
+    lse = _lse if _lse is not None else torch.empty((batch, heads, seqlen_q),
+                                                    dtype=torch.float32, device=dev)
+    if out.dtype != out_dtype or not out.is_contiguous() or not lse.is_contiguous():
+        raise ValueError("_out/_lse must be contiguous, _out of out_dtype")
+    q_desc = _descriptor(q, cfg.block_m, head_dim)
+    k_desc = _descriptor(k, cfg.block_n, head_dim)
+    v_desc = _descriptor(v, cfg.block_n, 64)
+    num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
+    grid = (batch * heads * num_m_tiles,)
+    attn_fp8_fwd_kernel[grid](
+        q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
+        seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
+        qq.block_size, qs.shape[-1], ks.shape[-1],
+        **_constexprs(head_dim, causal, cfg),
+        num_warps=cfg.num_warps, maxnreg=cfg.maxnreg,
+    )
+    return out, lse
+
+
+# --------------------------------------------------------------------------------------------
+# Ahead-of-time compilation for sm_90a (no GPU needed): the CPU tests and the inspect report.
+# --------------------------------------------------------------------------------------------
+def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dict:
+    qk_lay = repr(smem_layout(head_dim))
+    v_lay = repr(smem_layout(64))
+    return {
+        "q_desc": f"tensordesc<fp8e4nv[1, {cfg.block_m}, 1, {head_dim}],{qk_lay}>",
+        "k_desc": f"tensordesc<fp8e4nv[1, {cfg.block_n}, 1, {head_dim}],{qk_lay}>",
+        "v_desc": f"tensordesc<fp8e4nv[1, {cfg.block_n}, 1, 64],{v_lay}>",
+        "out_ptr": f"*{out_dtype}", "lse_ptr": "*fp32",
+        "qs_ptr": "*fp32", "ks_ptr": "*fp32", "vs_ptr": "*fp32",
+        "seqlen_q": "i32", "seqlen_k": "i32", "heads": "i32", "kv_heads": "i32",
+        "num_m_tiles": "i32", "qk_scale": "fp32", "q_block": "i32", "q_nblk": "i32",
+        "kv_nblk": "i32",
+    }
+
+
+def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
+    return dict(CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
+                NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
+                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)
+
+
+def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
+                 out_dtype: str = "bf16"):
+    """Compile attn_fp8_fwd_kernel for sm_90a with the bundled ptxas (no GPU needed)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    cfg = config or get_config(head_dim)
+    signature = _signature(head_dim, cfg, out_dtype)
+    constexprs = _constexprs(head_dim, causal, cfg)
+    for name in constexprs:
+        signature[name] = "constexpr"
+    src = GluonASTSource(attn_fp8_fwd_kernel, signature, constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg})

@@ -1,0 +1,332 @@
+"""CPU checks of the hopper FP8 (Gluon) forward, fusedattn/kernels/hopper_fp8_fwd.py.
+
+1. Compile for sm_90a with triton's bundled ptxas (in a subprocess without TRITON_INTERPRET, as
+   tests/test_hopper_compile.py does) and assert the structure the design needs: e4m3 wgmma for
+   both GEMMs, the warp-specialised register split, TMA loads, the in-kernel V transpose
+   (stmatrix stores + proxy fence), no spills, shared memory within 227 KB; hdim 64/128/256.
+2. The kernel's arithmetic, emulated in PyTorch (log2 domain, P * 2**8 in the exponent, O kept in
+   units of the current block's v_scale, q scale per row, keys permuted identically in P and V^T),
+   agrees with fusedattn.fp8_reference to float32 rounding.
+3. Host-side checks that need no GPU (argument validation, supports()).
+Runtime correctness and speed on the GPU: scripts/hopper_fp8_dev.py.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+pytest.importorskip("triton.experimental.gluon")
+
+from fusedattn import inspect as finspect  # noqa: E402
+from fusedattn.fp8 import quantize_fp8  # noqa: E402
+from fusedattn.fp8_reference import P_SCALE, fp8_attention_forward  # noqa: E402
+from fusedattn.kernels import hopper_fp8_fwd as F  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PTXAS = finspect._tool("ptxas")
+SMEM_LIMIT = 227 * 1024
+
+CASES = [  # (head_dim, causal): every head dim; causal where registers are tightest (hdim 256)
+    (64, False),
+    (128, False),
+    (256, False),
+    (256, True),
+]
+
+# conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
+# interpreter cannot be compiled, so the compile runs in a clean subprocess.
+_SCRIPT = r"""
+import dataclasses, json, re, sys
+from fusedattn import inspect as fi
+from fusedattn.kernels import hopper_fp8_fwd as F
+out = []
+for d, causal in json.loads(sys.argv[1]):
+    cfg = F.get_config(d)
+    k = F.compile_sm90(d, causal, cfg)
+    ptx = k.asm["ptx"]
+    regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
+    maxnreg = re.search(r"\.maxnreg\s+(\d+)", ptx)
+    reqntid = re.search(r"\.reqntid\s+(\d+)", ptx)
+    r = {"head_dim": d, "causal": causal, "config": dataclasses.asdict(cfg),
+         "target_sm_90a": ".target sm_90a" in ptx,
+         "threads": int(reqntid.group(1)) if reqntid else None,
+         "maxnreg_at_entry": int(maxnreg.group(1)) if maxnreg else None,
+         "setmaxnreg_dec": sorted({int(v) for a, v in regs if a == "dec"}),
+         "setmaxnreg_inc": sorted({int(v) for a, v in regs if a == "inc"}),
+         "shared_bytes": k.metadata.shared,
+         "wgmma_e4m3_shapes": sorted(set(re.findall(
+             r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k32)\.f32\.e4m3\.e4m3", ptx))),
+         "wgmma_other": len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.(?:bf16|f16)", ptx)),
+         "ptx_counts": {key: ptx.count(key) for key in (
+             "wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier.try_wait", "stmatrix",
+             "fence.proxy.async", "cvt.rn.satfinite.e4m3x2.f32", "ld.local", "st.local")}}
+    r.update({kk: v for kk, v in fi.ptxas_report(ptx).items() if kk != "ptxas_text"})
+    sc = fi.sass_counts(k.asm["cubin"])
+    r["sass_counts"] = {kk: v for kk, v in sc.items() if kk != "sass"}
+    r["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
+    out.append(r)
+print("REPORTS=" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def reports():
+    if not os.path.exists(_PTXAS):
+        pytest.skip("triton's bundled ptxas is missing")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    # two compile processes side by side (CI has 2 cores; a cold compile of all five is ~45 s)
+    n = 2 if (os.cpu_count() or 1) >= 2 else 1
+    parts = [CASES[i::n] for i in range(n)]
+    procs = [subprocess.Popen([sys.executable, "-c", _SCRIPT, json.dumps(part)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for part in parts]
+    by_case = {}
+    for part, proc in zip(parts, procs):
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        line = [ln for ln in stdout.splitlines() if ln.startswith("REPORTS=")][-1]
+        for case, rep in zip(part, json.loads(line[len("REPORTS="):])):
+            by_case[tuple(case)] = rep
+    return [by_case[c] for c in CASES]
+
+
+@pytest.fixture(params=range(len(CASES)),
+                ids=[f"d{d}-{'causal' if c else 'full'}" for d, c in CASES])
+def report(request, reports):
+    return reports[request.param]
+
+
+def test_targets_sm90a(report):
+    assert report["target_sm_90a"]
+    assert report["ptxas_ok"]
+
+
+def test_e4m3_wgmma_for_both_gemms(report):
+    d = report["head_dim"]
+    bn = report["config"]["block_n"]
+    shapes = set(report["wgmma_e4m3_shapes"])
+    assert f"m64n{bn}k32" in shapes, shapes   # S = Q K^T: N = BLOCK_N keys
+    assert f"m64n{d}k32" in shapes, shapes    # O += P V: N = head_dim
+    assert report["wgmma_other"] == 0         # no 16-bit wgmma anywhere
+    assert report["sass_counts"]["QGMMA_E4M3"] > 0    # 8-bit wgmma in SASS is QGMMA
+    # P is requantised in registers (cvt to e4m3 pairs), not through shared memory
+    assert report["ptx_counts"]["cvt.rn.satfinite.e4m3x2.f32"] > 0
+
+
+def test_warp_specialised_register_split(report):
+    cfg = report["config"]
+    # consumer warpgroup 0 (default) + consumer warpgroup 1 + the producer warpgroup
+    assert report["threads"] == 384
+    assert report["maxnreg_at_entry"] * report["threads"] <= 65536
+    assert cfg["producer_regs"] in report["setmaxnreg_dec"], report
+    assert cfg["consumer_regs"] in report["setmaxnreg_inc"], report
+    assert not report["c7508_setmaxnreg_ignored"]
+    assert report["sass_counts"]["USETMAXREG"] > 0
+
+
+def test_tma_loads_and_in_kernel_v_transpose(report):
+    ptx = report["ptx_counts"]
+    assert ptx["cp.async.bulk.tensor"] > 0       # TMA loads of Q, K and V boxes
+    assert ptx["mbarrier.try_wait"] > 0
+    assert ptx["stmatrix"] > 0                   # V^T written by the producer warpgroup
+    assert ptx["fence.proxy.async"] > 0          # ... and fenced before wgmma reads it
+
+
+def test_no_spills(report):
+    assert report["stack"] == 0
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0
+    assert report["ptx_counts"]["ld.local"] == 0 and report["ptx_counts"]["st.local"] == 0
+
+
+def test_shared_memory_fits(report):
+    assert report["shared_bytes"] <= SMEM_LIMIT
+    cfg = F.Fp8FwdConfig(**report["config"])
+    assert report["shared_bytes"] >= F.shared_memory_bytes(report["head_dim"], cfg)
+
+
+# --- the kernel's arithmetic, emulated ------------------------------------------------------------
+
+def _key_perm_p(p):
+    """_key_perm(x, ROWS, 0, 1) in torch: (rows, 128 keys) -> (rows, 128 positions)."""
+    r = p.shape[0]
+    return p.reshape(r, 4, 2, 2, 2, 2, 2).permute(0, 1, 2, 4, 5, 3, 6).reshape(r, 128)
+
+
+def _key_perm_v(v):
+    """_key_perm(x, 128, COLS, 0) in torch: (128 keys, cols) -> (cols, 128 positions)."""
+    c = v.shape[1]
+    return v.reshape(4, 2, 2, 2, 2, 2, c).permute(6, 0, 1, 3, 4, 2, 5).reshape(c, 128)
+
+
+def test_key_permutation_is_consistent():
+    """P and V^T get the same key order, so P' V'^T == P V; and pi is the documented bit map."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.randn(8, 128, generator=g, dtype=torch.float64)
+    v = torch.randn(128, 64, generator=g, dtype=torch.float64)
+    assert torch.allclose(_key_perm_p(p) @ _key_perm_v(v).T, p @ v)
+    pi = _key_perm_p(torch.arange(128, dtype=torch.float64)[None])[0].long().tolist()
+    for kp, key in enumerate(pi):
+        bits = [(kp >> 0) & 1, (kp >> 2) & 1, (kp >> 3) & 1, (kp >> 1) & 1, (kp >> 4) & 1]
+        assert key % 32 == sum(b << i for i, b in enumerate(bits)) and key // 32 == kp // 32
+
+
+def _emulate_kernel(qq, kq, vq, causal, scale):
+    """The kernel's float32 arithmetic for one program per (batch, head), all rows at once."""
+    b, sq, h, d = qq.shape
+    sk, hk = kq.shape[1], kq.shape[2]
+    bn = kq.block_size
+    out = torch.zeros(b, sq, h, d)
+    lse = torch.zeros(b, h, sq)
+    log2e = 1.4426950408889634
+    for bi in range(b):
+        for hi in range(h):
+            kvh = hi // (h // hk)
+            q8 = qq.data[bi, :, hi].float()
+            rows = torch.arange(sq)
+            row_f = qq.scales[bi, hi, rows // qq.block_size] * (scale * log2e)
+            m = torch.full((sq,), float("-inf"))
+            l = torch.zeros(sq)
+            acc = torch.zeros(sq, d)
+            v_unit = torch.tensor(1.0)
+            for j in range(-(-sk // bn)):
+                if causal and j * bn > (sq - 1) + (sk - sq):
+                    break
+                keys = torch.arange(j * bn, (j + 1) * bn)
+                k8 = torch.zeros(bn, d)
+                v8 = torch.zeros(bn, d)
+                nk = min(sk, (j + 1) * bn) - j * bn
+                k8[:nk] = kq.data[bi, j * bn:j * bn + nk, kvh].float()
+                v8[:nk] = vq.data[bi, j * bn:j * bn + nk, kvh].float()
+                qk = (q8 @ k8.T) * (row_f * kq.scales[bi, kvh, j])[:, None]
+                valid = (keys < sk)[None, :].expand(sq, bn)
+                if causal:
+                    valid = valid & (keys[None, :] <= rows[:, None] + (sk - sq))
+                qk = qk.masked_fill(~valid, float("-inf"))
+                m_new = torch.maximum(m, qk.amax(1))
+                m_use = torch.where(m_new == float("-inf"), 0.0, m_new)
+                p = torch.exp2(qk - (m_use - 8.0)[:, None])
+                alpha = torch.exp2(m - m_use)
+                l = l * alpha + p.sum(1)
+                v_j = vq.scales[bi, kvh, j]
+                acc = acc * (alpha * (v_unit / v_j))[:, None]
+                v_unit = v_j
+                p8 = p.clamp(-448, 448).to(torch.float8_e4m3fn).float()
+                acc = acc + _key_perm_p(p8) @ _key_perm_v(v8).T
+                m = m_new
+            l_safe = torch.where(l == 0, 1.0, l)
+            out[bi, :, hi] = acc * (v_unit / l_safe)[:, None]
+            lse[bi, hi] = torch.where(l == 0, float("-inf"),
+                                      (m + torch.log2(l) - 8.0) * 0.6931471805599453)
+    return out, lse
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", [(1, 200, 300, 4, 2, 64, 64, True),     # GQA, tails, q block 64
+                                  (1, 300, 140, 2, 1, 64, 128, False)],  # sq > sk: empty rows
+                         ids=["gqa-tails", "sq>sk"])
+def test_emulated_kernel_matches_fp8_reference(case, causal):
+    b, sq, sk, h, hk, d, q_block, rotate = case
+    g = torch.Generator().manual_seed(sq * 7 + sk)
+    q = torch.randn(b, sq, h, d, generator=g).to(torch.bfloat16)
+    k = torch.randn(b, sk, hk, d, generator=g).to(torch.bfloat16)
+    # V blocks of very different magnitude: exercises the v_scale unit change between blocks
+    v = (torch.randn(b, sk, hk, d, generator=g)
+         * torch.logspace(-2, 2, sk).reshape(1, sk, 1, 1)).to(torch.bfloat16)
+    qq = quantize_fp8(q, block_size=q_block, role="q", rotate=rotate, seed=3)
+    kq = quantize_fp8(k, block_size=128, role="k", rotate=rotate, seed=3)
+    vq = quantize_fp8(v, block_size=128, role="v")
+    scale = d ** -0.5
+    ref_o, ref_l = fp8_attention_forward(qq, kq, vq, causal, scale, out_dtype=torch.float32)
+    emu_o, emu_l = _emulate_kernel(qq, kq, vq, causal, scale)
+    assert P_SCALE == 2.0 ** F.P_SCALE_LOG2
+    assert torch.equal(torch.isneginf(emu_l), torch.isneginf(ref_l))
+    fin = torch.isfinite(ref_l)
+    assert (emu_l[fin] - ref_l[fin]).abs().max().item() < 1e-4
+    # the same products and requantised P up to float32 rounding: a P * 256 landing within
+    # float32 rounding of an e4m3 rounding boundary may flip one code (rare, 1/16 relative)
+    err = (emu_o - ref_o).abs()
+    tol = 1e-4 * ref_o.abs().amax().item()
+    assert (err > tol).float().mean().item() < 1e-3, err.max().item()
+    assert err.max().item() < 0.07 * ref_o.abs().amax().item()
+
+
+# --- host side without a GPU ----------------------------------------------------------------------
+
+def _quantised(block_kv=128, q_block=128):
+    q = torch.randn(1, 64, 2, 64).to(torch.bfloat16)
+    k = torch.randn(1, 64, 2, 64).to(torch.bfloat16)
+    return (quantize_fp8(q, block_size=q_block, role="q"),
+            quantize_fp8(k, block_size=block_kv, role="k"),
+            quantize_fp8(k, block_size=block_kv, role="v"))
+
+
+def test_supports_gives_reasons_off_gpu():
+    qq, kq, vq = _quantised()
+    reason = F.supports(qq, kq, vq, False)
+    assert isinstance(reason, str) and "CUDA" in reason
+    assert "QuantizedTensor" in F.supports(qq.data, kq, vq, False)
+
+
+def test_forward_rejects_kv_block_size_other_than_block_n():
+    qq, kq, vq = _quantised(block_kv=64)
+    with pytest.raises(ValueError, match=r"kq .*block_size=64.*BLOCK_N=128"):
+        F.forward(qq, kq, vq, False, 0.125)
+
+
+def test_forward_rejects_what_the_reference_rejects():
+    qq, kq, vq = _quantised()
+    with pytest.raises(ValueError, match="role"):
+        F.forward(qq, vq, vq, False, 0.125)
+    with pytest.raises(TypeError, match="QuantizedTensor"):
+        F.forward(qq.data, kq, vq, False, 0.125)
+
+
+def test_config_table():
+    for d in F.SUPPORTED_HEAD_DIMS:
+        cfg = F.get_config(d)
+        assert cfg.block_m == 128 and cfg.block_n == 128 and cfg.v_stages >= 2
+        assert F.shared_memory_bytes(d, cfg) <= SMEM_LIMIT
+        # 2 consumer warpgroups at consumer_regs plus the producer within 168 * 384 registers
+        assert 128 * (2 * cfg.consumer_regs + cfg.producer_regs) <= 65536
+    assert not F.get_config(256).overlap   # overlap spills at hdim 256 (see CONFIGS)
+    assert math.isclose(F.P_SCALE_LOG2, 8.0)
+
+
+def test_forward_host_side_builds_the_launch(monkeypatch):
+    """Everything up to the launch, on the CPU: descriptors, scale tensors, grid, and arguments
+    that match the kernel's parameters one for one."""
+    kernel = F.attn_fp8_fwd_kernel
+    seen = {}
+
+    class _Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.update(grid=grid, args=args, kwargs=kwargs)
+            return launch
+
+    monkeypatch.setattr(F, "attn_fp8_fwd_kernel", _Recorder())
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 300, 4, 128, generator=g).to(torch.bfloat16)
+    k = torch.randn(2, 260, 2, 128, generator=g).to(torch.bfloat16)
+    qq = quantize_fp8(q, block_size=64, role="q", rotate=True)
+    kq = quantize_fp8(k, role="k", rotate=True)
+    vq = quantize_fp8(k, role="v")
+    out, lse = F.forward(qq, kq, vq, True, 0.1)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16
+    assert lse.shape == (2, 4, 300) and lse.dtype == torch.float32
+    assert seen["grid"] == (2 * 4 * 3,)
+    names = kernel.arg_names
+    positional = names[:len(seen["args"])]
+    assert set(seen["kwargs"]) - {"num_warps", "maxnreg"} == set(names[len(positional):])
+    args = dict(zip(positional, seen["args"]))
+    assert args["q_desc"].block_shape == [1, 128, 1, 128]
+    assert args["v_desc"].block_shape == [1, 128, 1, 64]
+    assert args["q_block"] == 64 and args["q_nblk"] == 5 and args["kv_nblk"] == 3
+    assert math.isclose(args["qk_scale"], 0.1 * 1.4426950408889634)
+    assert seen["kwargs"]["CAUSAL"] is True and seen["kwargs"]["HEAD_DIM"] == 128
