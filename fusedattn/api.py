@@ -189,7 +189,7 @@ class Explanation:
     def __str__(self) -> str:
         lines = [f"fusedattn: {self.inputs}"]
         if self.forward is None:
-            lines.append(f"backend={self.requested!r} cannot run this call: {self.error}")
+            lines.append(f"cannot run this call: {self.error}")
         else:
             how = "picked by backend='auto'" if self.requested == "auto" else "as requested"
             lines.append(f"forward runs on '{self.forward}' ({how}); backward runs on '{self.backward}'"
