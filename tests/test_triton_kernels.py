@@ -41,8 +41,8 @@ def _inputs(batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, dtype):
     return q, k, v
 
 
-def _check_forward(q, k, v, causal, scale):
-    out, lse = triton_fwd.forward(q, k, v, causal, scale)
+def _check_forward(q, k, v, causal, scale, config=None):
+    out, lse = triton_fwd.forward(q, k, v, causal, scale, config=config)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
     assert lse.is_contiguous()
@@ -55,7 +55,7 @@ def _check_forward(q, k, v, causal, scale):
     return out, lse
 
 
-def _check_backward(q, k, v, out, lse, causal, scale, with_dlse=False):
+def _check_backward(q, k, v, out, lse, causal, scale, with_dlse=False, config=None):
     dout = torch.randn_like(q)
     dlse = torch.randn(lse.shape, device=q.device) if with_dlse else None
 
@@ -69,7 +69,7 @@ def _check_backward(q, k, v, out, lse, causal, scale, with_dlse=False):
 
     ref = grads(attention_oracle, torch.float64)
     plain = grads(plain_pytorch_attention, q.dtype)
-    got = triton_bwd.backward(dout, q, k, v, out, lse, causal, scale, dlse)
+    got = triton_bwd.backward(dout, q, k, v, out, lse, causal, scale, dlse, config=config)
     for name, g, t in zip(("dq", "dk", "dv"), got, (q, k, v)):
         assert g.shape == t.shape and g.dtype == t.dtype, name
     for name, g, p, r in zip(("dq", "dk", "dv"), got, plain, ref):
@@ -145,6 +145,25 @@ def test_head_dim_256():
     q, k, v = _inputs(1, 20, 20, 1, 1, 256, torch.float16)
     out, lse = _check_forward(q, k, v, True, 256 ** -0.5)
     _check_backward(q, k, v, out, lse, True, 256 ** -0.5)
+
+
+def test_config_override():
+    """config= replaces the table's tiles (scripts/triton_tune.py): a 32-key step with a 16-key
+    step on the masked blocks (block_n_masked), on a causal case with a diagonal offset."""
+    from fusedattn.kernels.triton_configs import BackwardConfig, Tile
+    q, k, v = _inputs(1, 70, 131, 2, 1, 16, torch.bfloat16)
+    scale = 16 ** -0.5
+    fwd_tile = Tile(16, 32, 4, 1, block_n_masked=16)
+    out, lse = _check_forward(q, k, v, True, scale, config=fwd_tile)
+    cfg = BackwardConfig(dkdv=Tile(16, 32, 4, 1), dq=Tile(16, 32, 4, 1, block_n_masked=16),
+                         preprocess_block_m=32)
+    _check_backward(q, k, v, out, lse, True, scale, with_dlse=True, config=cfg)
+    dout = torch.randn_like(q)
+    with pytest.raises(ValueError):
+        triton_fwd.forward(q, k, v, True, scale, config=Tile(16, 32, 4, 1, block_n_masked=24))
+    with pytest.raises(ValueError):
+        triton_bwd.backward(dout, q, k, v, out, lse, True, scale,
+                            config=BackwardConfig(dkdv=fwd_tile, dq=fwd_tile))
 
 
 @pytest.mark.gpu

@@ -233,9 +233,11 @@ def _bwd_dq_kernel(
     stride_dqb, stride_dqs, stride_dqh,
     heads, seqlen_q, seqlen_k, group_size, qk_scale, softmax_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, INTERPRETER: tl.constexpr,
+    CAUSAL: tl.constexpr, INTERPRETER: tl.constexpr, BLOCK_N_MASKED: tl.constexpr,
 ):
-    """Grid (cdiv(seqlen_q, BLOCK_M), heads, batch): writes BLOCK_M rows of dQ."""
+    """Grid (cdiv(seqlen_q, BLOCK_M), heads, batch): writes BLOCK_M rows of dQ.
+
+    Full key blocks go BLOCK_N keys at a time, masked ones BLOCK_N_MASKED (a divisor of BLOCK_N)."""
     tile_m = tl.program_id(0)
     if CAUSAL:
         tile_m = tl.num_programs(0) - 1 - tile_m  # longest query blocks first, as in the forward
@@ -269,7 +271,8 @@ def _bwd_dq_kernel(
         seqlen_k, diagonal, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, dtype, False, CAUSAL, INTERPRETER)
     dq = _dq_key_blocks(
         dq, q, do, lse2, delta, k_head, v_head, stride_ks, stride_vs, offs_m, full_end, end_n,
-        seqlen_k, diagonal, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, dtype, True, CAUSAL, INTERPRETER)
+        seqlen_k, diagonal, qk_scale, HEAD_DIM, BLOCK_N_MASKED, BLOCK_D, dtype, True, CAUSAL,
+        INTERPRETER)
 
     dq_head = head_base(dQ, batch, head, stride_dqb, stride_dqh)
     store_tile(tile_ptrs(dq_head, start_m, stride_dqs, BLOCK_M, BLOCK_D),
@@ -279,17 +282,21 @@ def _bwd_dq_kernel(
 
 def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              out: torch.Tensor, lse: torch.Tensor, causal: bool, softmax_scale: float,
-             dlse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             dlse: torch.Tensor | None = None, *, config: BackwardConfig | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Attention backward (CONTRACTS.md).
 
     dout/out like q (batch, seqlen_q, heads, head_dim); lse and the optional dlse float32
     (batch, heads, seqlen_q). Returns (dq, dk, dv), contiguous, shaped and typed like (q, k, v);
     dk and dv are summed over the query heads of each GQA group.
+    ``config`` overrides the configs of triton_configs.py (tuning, tests); None: the table's.
     """
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     interpret = use_interpreter(q)
-    cfg = backward_config(head_dim, causal, interpret)
+    cfg = config if config is not None else backward_config(head_dim, causal, interpret)
+    if cfg.dkdv.block_n_masked is not None:
+        raise ValueError("the dK/dV kernel has no separate masked step (block_n_masked)")
     block_d = head_dim_block(head_dim)
     group_size = heads // kv_heads
     qk_scale = softmax_scale * LOG2E
@@ -333,7 +340,7 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         dq.stride(0), dq.stride(1), dq.stride(2),
         heads, seqlen_q, seqlen_k, group_size, qk_scale, softmax_scale,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=tile.block_m, BLOCK_N=tile.block_n,
-        CAUSAL=bool(causal), INTERPRETER=interpret,
+        CAUSAL=bool(causal), INTERPRETER=interpret, BLOCK_N_MASKED=tile.masked_step,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return dq, dk, dv
@@ -367,14 +374,17 @@ def compile_specs(head_dim: int, dtype: torch.dtype, causal: bool,
                 "Delta": "*fp32"}
     sizes = ["heads", "seqlen_q", "seqlen_k", "group_size"]
 
-    def tile_constexprs(tile):
-        return {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_M": tile.block_m,
-                "BLOCK_N": tile.block_n, "CAUSAL": bool(causal), "INTERPRETER": False}
+    def tile_constexprs(tile, masked_step=False):
+        c = {"HEAD_DIM": head_dim, "BLOCK_D": block_d, "BLOCK_M": tile.block_m,
+             "BLOCK_N": tile.block_n, "CAUSAL": bool(causal), "INTERPRETER": False}
+        if masked_step:
+            c["BLOCK_N_MASKED"] = tile.masked_step
+        return c
 
     dkdv = spec("attn_bwd_dkdv", _bwd_dkdv_kernel, {**operands, "dK": f"*{t}", "dV": f"*{t}"},
                 strides("q", "k", "v", "do", "dk", "dv"), sizes, ["qk_scale", "softmax_scale"],
                 tile_constexprs(cfg.dkdv), cfg.dkdv.num_warps, cfg.dkdv.num_stages)
     dq = spec("attn_bwd_dq", _bwd_dq_kernel, {**operands, "dQ": f"*{t}"},
               strides("q", "k", "v", "do", "dq"), sizes, ["qk_scale", "softmax_scale"],
-              tile_constexprs(cfg.dq), cfg.dq.num_warps, cfg.dq.num_stages)
+              tile_constexprs(cfg.dq, masked_step=True), cfg.dq.num_warps, cfg.dq.num_stages)
     return [pre, dkdv, dq]

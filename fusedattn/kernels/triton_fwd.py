@@ -85,9 +85,12 @@ def _attn_fwd_kernel(
     stride_ob, stride_os, stride_oh,
     heads, seqlen_q, seqlen_k, group_size, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, INTERPRETER: tl.constexpr,
+    CAUSAL: tl.constexpr, INTERPRETER: tl.constexpr, BLOCK_N_MASKED: tl.constexpr,
 ):
-    """Grid (cdiv(seqlen_q, BLOCK_M), heads, batch): writes BLOCK_M rows of Out and of Lse."""
+    """Grid (cdiv(seqlen_q, BLOCK_M), heads, batch): writes BLOCK_M rows of Out and of Lse.
+
+    The full key blocks go BLOCK_N keys at a time, the masked ones BLOCK_N_MASKED (a divisor of
+    BLOCK_N; equal to it in the production configs)."""
     tile_m = tl.program_id(0)
     if CAUSAL:
         # Later query tiles see more keys: launch them first so that short ones fill the tail.
@@ -119,7 +122,7 @@ def _attn_fwd_kernel(
         diagonal, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, dtype, False, CAUSAL, INTERPRETER)
     acc, l_i, m_i = _attend_key_blocks(
         acc, l_i, m_i, q, k_head, v_head, stride_ks, stride_vs, offs_m, full_end, end_n, seqlen_k,
-        diagonal, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, dtype, True, CAUSAL, INTERPRETER)
+        diagonal, qk_scale, HEAD_DIM, BLOCK_N_MASKED, BLOCK_D, dtype, True, CAUSAL, INTERPRETER)
 
     # The one normalisation. Rows that saw no key (l = 0) give zeros and lse = -inf.
     seen = l_i > 0.0
@@ -135,16 +138,18 @@ def _attn_fwd_kernel(
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-            softmax_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+            softmax_scale: float, *, config: Tile | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward (CONTRACTS.md).
 
     q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, kv_heads, head_dim), fp16 or bf16.
     Returns out, contiguous, like q, and lse, float32 (batch, heads, seqlen_q), natural log.
+    ``config`` overrides the tile of triton_configs.py (tuning, tests); None: the table's.
     """
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     interpret = use_interpreter(q)
-    tile = forward_config(head_dim, causal, interpret)
+    tile = config if config is not None else forward_config(head_dim, causal, interpret)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads, seqlen_q), dtype=torch.float32, device=q.device)
     # Query tiles vary fastest, so that programs running side by side share their K/V in L2.
@@ -158,7 +163,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         heads, seqlen_q, seqlen_k, heads // kv_heads, softmax_scale * LOG2E,
         HEAD_DIM=head_dim, BLOCK_D=head_dim_block(head_dim), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, CAUSAL=bool(causal), INTERPRETER=interpret,
-        num_warps=tile.num_warps, num_stages=tile.num_stages,
+        BLOCK_N_MASKED=tile.masked_step, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return out, lse
 
@@ -174,7 +179,7 @@ def compile_specs(head_dim: int, dtype: torch.dtype, causal: bool,
     ints = strides + ["heads", "seqlen_q", "seqlen_k", "group_size"]
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim_block(head_dim),
                   "BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "CAUSAL": bool(causal),
-                  "INTERPRETER": False}
+                  "INTERPRETER": False, "BLOCK_N_MASKED": tile.masked_step}
     signature = {**ptrs, **{name: "i32" for name in ints}, "qk_scale": "fp32",
                  **{name: "constexpr" for name in constexprs}}
     return [CompileSpec("attn_fwd", _attn_fwd_kernel, signature, constexprs, tile.num_warps,
