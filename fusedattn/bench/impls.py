@@ -54,7 +54,9 @@ def fusedattn_backend_names() -> tuple[str, ...]:
     try:
         import fusedattn
         return tuple(fusedattn.BACKEND_NAMES)
-    except Exception:  # noqa: BLE001 - the package may be half-written; the bench still runs anchors
+    except Exception as e:  # noqa: BLE001 - the bench still runs the anchors, and says why
+        print(f"fusedattn.bench: could not import fusedattn ({type(e).__name__}: {e}); "
+              f"assuming backends {', '.join(DEFAULT_FUSEDATTN_BACKENDS)}", file=sys.stderr)
         return DEFAULT_FUSEDATTN_BACKENDS
 
 
