@@ -25,6 +25,7 @@ import torch
 
 __all__ = [
     "attention_oracle",
+    "attention_plain",
     "attention_forward",
     "attention_backward",
     "causal_visible",
@@ -86,6 +87,28 @@ def attention_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     p = torch.where(finite[..., None], p, 0.0)
     out = torch.matmul(p, vg)                                 # (b, hk, g, sq, d)
     return _ungrouped(out), lse.reshape(b, h, sq)
+
+
+def attention_plain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    softmax_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention as a user writes it in plain PyTorch, in the inputs' own dtype.
+
+    The score matrix, the softmax and both products run in q's dtype: its error against
+    :func:`attention_oracle` is the yardstick of honest rounding error that kernels are judged by
+    (tests, benchmarks). Materialises the scores, so it is for small problems only; differentiable
+    through autograd. Returns ``(out, lse)``: out in q's dtype, lse float32 (batch, heads, seqlen_q).
+    """
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    scale = _scale(softmax_scale, d)
+    kk = k.repeat_interleave(h // hk, dim=2)
+    vv = v.repeat_interleave(h // hk, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    if causal:
+        s = s.masked_fill(~causal_visible(sq, sk, device=q.device), float("-inf"))
+    lse = torch.logsumexp(s.float(), dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: 0, not NaN
+    return torch.einsum("bhqk,bkhd->bqhd", p, vv), lse
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:

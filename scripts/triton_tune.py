@@ -100,18 +100,8 @@ def cell_jobs(head_dims, passes, include_spilling):
 # ------------------------------------------------------------------------------------------------
 def plain_attention(q, k, v, causal, scale):
     """Plain PyTorch attention in the inputs' dtype (the tests' yardstick of rounding error)."""
-    import torch
-    from fusedattn.reference import causal_visible
-    b, sq, h, d = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    kk = k.repeat_interleave(h // hk, dim=2)
-    vv = v.repeat_interleave(h // hk, dim=2)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
-    if causal:
-        s = s.masked_fill(~causal_visible(sq, sk, device=q.device), float("-inf"))
-    lse = torch.logsumexp(s.float(), dim=-1)
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return torch.einsum("bhqk,bkhd->bqhd", p, vv), lse
+    from fusedattn.reference import attention_plain
+    return attention_plain(q, k, v, causal, scale)
 
 
 def _finite(x):

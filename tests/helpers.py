@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from fusedattn.reference import attention_oracle, causal_visible
+from fusedattn.reference import attention_oracle, attention_plain
 
 
-def plain_pytorch_attention(q, k, v, causal=False, softmax_scale=None):
-    """Attention in plain PyTorch in the inputs' own dtype: the yardstick of honest rounding error.
-
-    Matrix products and the softmax run in q's dtype (as a user writing it by hand would get);
-    materialises the scores, so it is for tests only. Returns (out, lse_float32).
-    """
-    b, sq, h, d = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    scale = d ** -0.5 if softmax_scale is None else softmax_scale
-    kk = k.repeat_interleave(h // hk, dim=2)
-    vv = v.repeat_interleave(h // hk, dim=2)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
-    if causal:
-        s = s.masked_fill(~causal_visible(sq, sk, device=q.device), float("-inf"))
-    lse = torch.logsumexp(s.float(), dim=-1)
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return torch.einsum("bhqk,bkhd->bqhd", p, vv), lse
+# Plain PyTorch in the inputs' dtype: the yardstick of honest rounding error (returns out, lse).
+plain_pytorch_attention = attention_plain
 
 
 def max_err(x, ref):

@@ -98,3 +98,14 @@ def test_memory_stays_linear_in_seqlen():
         attention_backward(torch.randn_like(out), q, k, v, out, lse, True, block=block)
     assert Largest.biggest <= b * h * s * max(block, d), Largest.biggest
     assert Largest.biggest < s * s // 4
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_plain_pytorch_yardstick_is_attention(causal):
+    """attention_plain (the rounding-error yardstick) computes the same function as the oracle."""
+    from fusedattn.reference import attention_plain
+    q, k, v = _inputs((2, 9, 13, 4, 2, 16), torch.float64)
+    out, lse = attention_plain(q, k, v, causal, 0.3)
+    ref_out, ref_lse = attention_oracle(q, k, v, causal, 0.3)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(finite_or_zero(lse).double(), finite_or_zero(ref_lse))

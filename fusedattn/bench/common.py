@@ -181,19 +181,11 @@ def oracle_grads_chunked(q, k, v, dout, out64, lse64, causal: bool, scale: float
 
 
 def plain_attention(q, k, v, causal: bool, scale: float) -> torch.Tensor:
-    """Attention as a user writes it in plain PyTorch, in the inputs' own dtype: the score matrix,
-    the softmax and both products all in that dtype (the yardstick of honest rounding error).
-    Materialises the scores: for references on small slices only. (b, s, h, d) layout."""
-    b, sq, h, d = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    if h != hk:
-        k = k.repeat_interleave(h // hk, dim=2)
-        v = v.repeat_interleave(h // hk, dim=2)
-    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    if causal:
-        s = s.masked_fill(~causal_allowed(sq, sk, 0, sq, q.device), float("-inf"))
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return torch.einsum("bhqk,bkhd->bqhd", p, v)
+    """Attention as a user writes it in plain PyTorch, in the inputs' own dtype (the yardstick of
+    honest rounding error): :func:`fusedattn.reference.attention_plain`'s output. Materialises the
+    scores: for references on small slices only. (b, s, h, d) layout."""
+    from fusedattn.reference import attention_plain
+    return attention_plain(q, k, v, causal, scale)[0]
 
 
 def plain_inputs(q, k, v, family: str):
