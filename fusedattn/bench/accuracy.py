@@ -138,7 +138,7 @@ def run_accuracy(impls: dict[str, Impl], device, causals=(False, True), shape: d
                 row["error"] = C.error_text(e)
                 C.log(f"[bench] accuracy {impl.name} ({kind}, causal={causal}, {dname}): {C.short_error(row['error'])}")
                 C.free_memory(device)
-                broken = C.cuda_alive(device)
+                broken = C.cuda_broken(device)
                 if broken:
                     rows.append(row)
                     C.log(f"[bench] FATAL: the CUDA context broke during --accuracy: {broken}")

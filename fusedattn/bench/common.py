@@ -301,11 +301,11 @@ def free_memory(device) -> None:
     if torch.device(device).type == "cuda":
         try:
             torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001 - a broken context is reported by cuda_alive
+        except Exception:  # noqa: BLE001 - a broken context is reported by cuda_broken
             pass
 
 
-def cuda_alive(device) -> str | None:
+def cuda_broken(device) -> str | None:
     """None if the CUDA context still works, else the error text (a sticky error such as an
     illegal memory access poisons every later call in the process)."""
     if torch.device(device).type != "cuda":

@@ -22,6 +22,15 @@ MEMORY_SHAPE = {"batch": 1, "heads": 16, "head_dim": 128}
 MIB = 2 ** 20
 
 
+
+def _context_broke(device) -> bool:
+    """Free the cached memory, then report (and log) whether the CUDA context is broken."""
+    C.free_memory(device)
+    if C.cuda_broken(device):
+        C.log("[bench] FATAL: the CUDA context broke during --memory")
+        return True
+    return False
+
 def _nbytes(*ts) -> int:
     return sum(t.numel() * t.element_size() for t in ts if t is not None)
 
@@ -96,9 +105,7 @@ def run_memory(impls: dict[str, Impl], device, seqlens=MEMORY_SEQLENS, causal: b
             except Exception as e:  # noqa: BLE001
                 row["error"] = C.error_text(e)
             rows.append(row)
-            C.free_memory(device)
-            if C.cuda_alive(device):
-                C.log("[bench] FATAL: the CUDA context broke during --memory")
+            if _context_broke(device):
                 return rows
             if "bwd" not in impl.passes:
                 continue
@@ -122,9 +129,7 @@ def run_memory(impls: dict[str, Impl], device, seqlens=MEMORY_SEQLENS, causal: b
             except Exception as e:  # noqa: BLE001
                 row["error"] = C.error_text(e)
             rows.append(row)
-            C.free_memory(device)
-            if C.cuda_alive(device):
-                C.log("[bench] FATAL: the CUDA context broke during --memory")
+            if _context_broke(device):
                 return rows
         for r in rows:
             if r.get("seqlen") == s and r.get("error"):

@@ -255,7 +255,7 @@ def measure(entry: dict, impl: Impl, pass_: str, inp: CellInputs, ref: CellRefer
 
 def _after_error(device) -> None:
     C.free_memory(device)
-    broken = C.cuda_alive(device)
+    broken = C.cuda_broken(device)
     if broken:
         raise FatalCudaError(broken)
 
