@@ -22,7 +22,6 @@ MEMORY_SHAPE = {"batch": 1, "heads": 16, "head_dim": 128}
 MIB = 2 ** 20
 
 
-
 def _context_broke(device) -> bool:
     """Free the cached memory, then report (and log) whether the CUDA context is broken."""
     C.free_memory(device)
@@ -30,6 +29,7 @@ def _context_broke(device) -> bool:
         C.log("[bench] FATAL: the CUDA context broke during --memory")
         return True
     return False
+
 
 def _nbytes(*ts) -> int:
     return sum(t.numel() * t.element_size() for t in ts if t is not None)
