@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command on a GPU machine: the foundation timing table, the GPU test grid, and
+# One command on a GPU machine: a one-shape bench (hdim 128, seqlen 8192, beside the anchors), the GPU test grid, and
 # compute-sanitizer (memcheck, racecheck) on small shapes of every kernel configuration. Full logs go to the folder given (default
 # ./out); a short summary is printed last.
 #     bash scripts/gpu_check.sh OUT_DIR        (or: make gpu-check OUT_DIR=...)
@@ -11,8 +11,8 @@ py="env ${PYTHON:-python3}"  # PYTHON may carry VAR=value words (make passes PYT
 export PYTHONUNBUFFERED=1
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 
-echo "== timing =="
-$py scripts/foundation_timing.py --out "$out" > "$out/timing.log" 2>&1
+echo "== timing (fusedattn.bench, one shape) =="
+$py -m fusedattn.bench --hdims 128 --seqlens 8192 --no-plots --out "$out/bench" > "$out/timing.log" 2>&1
 timing_rc=$?
 
 echo "== pytest (all tests, GPU included) =="
@@ -41,5 +41,5 @@ echo
 echo "== summary =="
 echo "pytest rc=$pytest_rc: $(tail -1 "$out/pytest.log")"
 echo "sanitizer: $san_summary"
-cat "$out/foundation_timing.md" 2>/dev/null || tail -20 "$out/timing.log"
+echo "bench rc=$timing_rc"; grep -A4 "^| hdim" "$out/bench/table.md" 2>/dev/null || tail -20 "$out/timing.log"
 exit $pytest_rc
