@@ -37,8 +37,9 @@ import torch
 
 from .common import FP8
 
-# fusedattn's FP8 forward paths: name -> factory() returning (prepare, run). Empty until such a
-# kernel lands: the hook. Example: FUSEDATTN_FP8_BACKENDS["hopper"] = fp8_through_attention("hopper").
+# fusedattn's FP8 forward paths: name -> factory() returning (prepare, run); each gives a column
+# fusedattn-<name>-fp8 (registered at the end of this module: "hopper", kernel to kernel, and
+# "hopper-e2e", quantisation included in the timed region).
 FUSEDATTN_FP8_BACKENDS: dict[str, Callable[[], tuple[Callable, Callable]]] = {}
 
 ANCHOR_NAMES: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn", "flex", "fa3", "fa3-fp8")
@@ -194,10 +195,43 @@ def fp8_through_attention(backend: str) -> Callable[[], tuple[Callable, Callable
     return factory
 
 
+def fp8_hopper_kernel() -> tuple[Callable, Callable]:
+    """fusedattn-hopper-fp8, kernel to kernel: prepare = fusedattn.quantize_fp8 of the bf16 inputs
+    (q and k rotated with one seed, one scale per 128 rows and head; untimed, as FA3 fp8's cast),
+    run = fusedattn.attention_fp8 on the QuantizedTensors (the Gluon FP8 kernel only)."""
+    import fusedattn
+
+    def prepare(q, k, v):
+        return (fusedattn.quantize_fp8(q, role="q", rotate=True),
+                fusedattn.quantize_fp8(k, role="k", rotate=True),
+                fusedattn.quantize_fp8(v, role="v"))
+
+    def run(qq, kq, vq, causal, scale):
+        return fusedattn.attention_fp8(qq, kq, vq, causal=causal, softmax_scale=scale)
+    return prepare, run
+
+
+def fp8_hopper_end_to_end() -> tuple[Callable, Callable]:
+    """fusedattn-hopper-e2e-fp8: the bf16 inputs go in, the timed call quantises them (three
+    quantiser launches) and runs the FP8 kernel: what a caller without an FP8 cache pays."""
+    import fusedattn
+
+    def prepare(q, k, v):
+        return q, k, v
+
+    def run(q, k, v, causal, scale):
+        return fusedattn.attention_fp8(q, k, v, causal=causal, softmax_scale=scale)
+    return prepare, run
+
+
 def fusedattn_fp8_impl(name: str) -> Impl:
     prepare, run = FUSEDATTN_FP8_BACKENDS[name]()
     return Impl(name=f"fusedattn-{name}-fp8", group="fusedattn", family="fp8", passes=("fwd",),
                 layout="bshd", fn=run, prepare=prepare, backend=name)
+
+
+FUSEDATTN_FP8_BACKENDS["hopper"] = fp8_hopper_kernel
+FUSEDATTN_FP8_BACKENDS["hopper-e2e"] = fp8_hopper_end_to_end
 
 
 # --- SDPA -------------------------------------------------------------------------------------

@@ -1,0 +1,193 @@
+"""fusedattn.attention_fp8 on the CPU: argument checks (before any kernel runs, naming the argument),
+the clear refusal of backend="hopper" off sm_90, and the reference backend's results.
+
+The kernel itself runs in tests/test_gpu_fp8.py (marker gpu)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import fusedattn
+from fusedattn import QuantizedTensor, attention_fp8, quantize_fp8
+from fusedattn.fp8_reference import fp8_attention_forward
+from fusedattn.reference import attention_oracle
+
+ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _qkv(b=1, sq=40, sk=56, h=4, hk=2, d=64, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(s, generator=g).to(dtype) for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d)))
+
+
+def _quantised(q, k, v, rotate=True, seed=0, block=128):
+    return (quantize_fp8(q, role="q", rotate=rotate, seed=seed, block_size=block),
+            quantize_fp8(k, role="k", rotate=rotate, seed=seed, block_size=block),
+            quantize_fp8(v, role="v", block_size=block))
+
+
+def test_exported():
+    assert fusedattn.attention_fp8 is attention_fp8 and "attention_fp8" in fusedattn.__all__
+
+
+# --- the reference backend: what the call computes ------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_reference_equals_the_spec_on_the_same_quantisation(causal):
+    q, k, v = _qkv()
+    out, lse = attention_fp8(q, k, v, causal=causal, return_lse=True, backend="reference")
+    qq, kq, vq = _quantised(q, k, v)                     # the defaults: incoherent, seed 0, blocks of 128
+    ref_out, ref_lse = fp8_attention_forward(qq, kq, vq, causal, out_dtype=torch.bfloat16)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16 and lse.shape == (1, 4, 40)
+    # and it is FP8 attention: close to the exact result by the study's margin, not bf16's
+    o64, l64 = attention_oracle(q, k, v, causal)
+    rel = ((out.double() - o64).norm() / o64.norm()).item()
+    assert 1e-3 < rel < 0.08, rel
+
+
+def test_from_quantised_and_mixed_inputs():
+    q, k, v = _qkv(sq=33, sk=130)
+    qq, kq, vq = _quantised(q, k, v, seed=7)
+    full = attention_fp8(qq, kq, vq, backend="reference")
+    assert torch.equal(full, attention_fp8(q, k, v, seed=7, backend="reference"))
+    # an FP8 KV cache and a fresh 16-bit q: q follows the cache's rotation and seed
+    assert torch.equal(full, attention_fp8(q, kq, vq, backend="reference"))
+    assert torch.equal(full, attention_fp8(qq, k, v, backend="reference"))
+    # without rotation
+    plain = _quantised(q, k, v, rotate=False)
+    assert torch.equal(attention_fp8(*plain, backend="reference"),
+                       attention_fp8(q, k, v, incoherent=False, backend="reference"))
+    assert torch.equal(attention_fp8(q, plain[1], plain[2], backend="reference"),
+                       attention_fp8(*plain, backend="reference"))
+
+
+def test_output_dtype_follows_q_and_nothing_is_modified():
+    q, k, v = _qkv(dtype=torch.float16)
+    before = [t.clone() for t in (q, k, v)]
+    assert attention_fp8(q, k, v, backend="reference").dtype == torch.float16
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v), before))
+    q32, k32, v32 = (t.float() for t in (q, k, v))
+    assert attention_fp8(q32, k32, v32, backend="reference").dtype == torch.bfloat16
+    qq, kq, vq = _quantised(q, k, v)
+    data = [t.data.clone() for t in (qq, kq, vq)]
+    scales = [t.scales.clone() for t in (qq, kq, vq)]
+    attention_fp8(qq, kq, vq, causal=True, backend="reference")
+    assert all(torch.equal(t.data.view(torch.uint8), d.view(torch.uint8)) for t, d in zip((qq, kq, vq), data))
+    assert all(torch.equal(t.scales, s) for t, s in zip((qq, kq, vq), scales))
+
+
+def test_empty_inputs():
+    q, k, v = _qkv(sk=0)
+    out, lse = attention_fp8(q, k, v, return_lse=True, backend="reference")
+    assert (out == 0).all() and torch.isneginf(lse).all() and out.shape == q.shape
+    q, k, v = _qkv(sq=0)
+    out, lse = attention_fp8(q, k, v, return_lse=True, backend="reference")
+    assert out.shape == (1, 0, 4, 64) and lse.shape == (1, 4, 0)
+
+
+def test_softmax_scale_and_causal_rows_without_keys():
+    q, k, v = _qkv(sq=50, sk=20, h=2, hk=2, d=32)
+    out, lse = attention_fp8(q, k, v, causal=True, softmax_scale=0.3, return_lse=True,
+                             backend="reference")
+    _, ref_lse = attention_oracle(q, k, v, True, 0.3)
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
+    assert (out[:, :30] == 0).all()      # rows 0..29 see no key (bottom-right alignment)
+
+
+# --- argument checks --------------------------------------------------------------------------------
+
+def _bad_cases():
+    q, k, v = _qkv()
+    qq, kq, vq = _quantised(q, k, v)
+    kq_seed = quantize_fp8(k, role="k", rotate=True, seed=5)
+    kq_plain = quantize_fp8(k, role="k")
+    return [
+        # (args, kwargs, exception, text that must appear)
+        ((q.float().numpy(), k, v), {}, TypeError, "q must be a torch.Tensor or a fusedattn.QuantizedTensor"),
+        ((q, k.to(torch.float64), v), {}, TypeError, "k has dtype float64"),
+        ((q, k, v.to(torch.float8_e4m3fn)), {}, TypeError, "QuantizedTensor from fusedattn.quantize_fp8"),
+        ((q[0], k, v), {}, ValueError, "q must have 4 dimensions"),
+        ((q, k, v[:, :10]), {}, ValueError, "k and v must have the same shape"),
+        ((q, k[:1].expand(2, -1, -1, -1), v[:1].expand(2, -1, -1, -1)), {}, ValueError, "batch"),
+        ((q[..., :32], k, v), {}, ValueError, "head_dim"),
+        ((q[:, :, :3], k, v), {}, ValueError, "multiple of k and v's kv_heads"),
+        ((q, k, v), {"causal": 1}, TypeError, "causal must be a bool"),
+        ((q, k, v), {"return_lse": None}, TypeError, "return_lse"),
+        ((q, k, v), {"softmax_scale": float("nan")}, ValueError, "softmax_scale must be finite"),
+        ((q, k, v), {"softmax_scale": "0.1"}, TypeError, "softmax_scale"),
+        ((q, k, v), {"incoherent": "yes"}, TypeError, "incoherent"),
+        ((q, k, v), {"seed": 1.0}, TypeError, "seed"),
+        ((q, k, v), {"backend": "auto"}, ValueError, "backend must be one of 'hopper', 'reference'"),
+        ((qq, kq_seed, vq), {}, ValueError, "different seeds"),
+        ((qq, kq_plain, vq), {}, ValueError, "q.rotated=True, k.rotated=False"),
+        ((qq, kq, vq), {"incoherent": False}, ValueError, "incoherent=False but q was quantised with rotate=True"),
+        ((qq, kq, vq), {"seed": 3}, ValueError, "seed=3 but q was rotated with seed 0"),
+        ((kq, kq, vq), {}, ValueError, "q is a QuantizedTensor quantised with role='k'"),
+        ((qq, vq, vq), {}, ValueError, "k is a QuantizedTensor quantised with role='v'"),
+        ((qq, kq, vq, ), {"backend": "reference", "causal": "no"}, TypeError, "causal"),
+    ]
+
+
+N_BAD = 22   # len(_bad_cases()), kept literal so that collecting the tests quantises nothing
+
+
+@functools.lru_cache(maxsize=1)
+def _bad_cases_cached():
+    cases = _bad_cases()
+    assert len(cases) == N_BAD
+    return cases
+
+
+@pytest.mark.parametrize("i", range(N_BAD))
+def test_bad_arguments_name_the_argument(i):
+    args, kwargs, exc, needle = _bad_cases_cached()[i]
+    for backend in ("reference", "hopper"):
+        if "backend" in kwargs:
+            call_kwargs = kwargs
+        else:
+            call_kwargs = dict(kwargs, backend=backend)
+        with pytest.raises(exc) as info:
+            attention_fp8(*args, **call_kwargs)
+        assert needle in str(info.value), str(info.value)
+
+
+def test_hopper_backend_refuses_the_cpu_and_other_head_dims_clearly():
+    q, k, v = _qkv(d=96)
+    with pytest.raises(ValueError, match=r"head_dim must be one of \(64, 128, 256\)"):
+        attention_fp8(q, k, v)
+    attention_fp8(q, k, v, backend="reference")            # head_dim 96 is fine emulated
+    q, k, v = _qkv()
+    if not ON_SM90:
+        with pytest.raises(ValueError) as info:
+            attention_fp8(q, k, v)
+        msg = str(info.value)
+        assert "sm_90" in msg and "backend='reference'" in msg
+    kq = quantize_fp8(k, role="k", block_size=64)
+    vq = quantize_fp8(v, role="v", block_size=64)
+    with pytest.raises(ValueError, match="k was quantised with block_size=64"):
+        attention_fp8(q, kq, vq)
+    attention_fp8(q, kq, vq, backend="reference")          # the emulation takes any block size
+    with pytest.raises(ValueError, match="k and v must share a block_size"):
+        attention_fp8(q, kq, quantize_fp8(v, role="v"), backend="reference")
+
+
+def test_inputs_that_require_grad_are_refused_outside_no_grad():
+    q, k, v = _qkv()
+    q.requires_grad_(True)
+    with pytest.raises(ValueError, match="forward pass only"):
+        attention_fp8(q, k, v, backend="reference")
+    with torch.no_grad():
+        attention_fp8(q, k, v, backend="reference")
+
+
+def test_hand_built_quantized_tensor_with_wrong_scales_is_refused():
+    q, k, v = _qkv()
+    qq, kq, vq = _quantised(q, k, v)
+    bad = QuantizedTensor(data=kq.data, scales=kq.scales[:, :, :0], block_size=128, rotated=True,
+                          seed=0, dtype=torch.bfloat16, role="k")
+    with pytest.raises(ValueError, match="k.scales has shape"):
+        attention_fp8(qq, bad, vq, backend="reference")
