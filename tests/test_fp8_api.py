@@ -191,3 +191,65 @@ def test_hand_built_quantized_tensor_with_wrong_scales_is_refused():
                           seed=0, dtype=torch.bfloat16, role="k")
     with pytest.raises(ValueError, match="k.scales has shape"):
         attention_fp8(qq, bad, vq, backend="reference")
+
+
+# --- the GPU tests' pass rule (fusedattn/fp8_check.py), exercised on the CPU ------------------------
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_pass_rule_accepts_the_spec_and_rejects_broken_kernels(causal):
+    from fusedattn.fp8_check import judge_fp8
+
+    q, k, v = _qkv(sq=70, sk=300, h=2, hk=1, d=64, seed=3)
+    qq, kq, vq = _quantised(q, k, v)
+    scale = 64 ** -0.5
+    out, lse = fp8_attention_forward(qq, kq, vq, causal, scale)
+    good = judge_fp8(q, k, v, qq, kq, vq, out, lse, causal, scale)
+    assert good["ok"], good["failures"]
+    # a kernel that skips the last key block
+    kq2 = QuantizedTensor(kq.data[:, :256].contiguous(), kq.scales[..., :2].contiguous(), 128, True, 0,
+                          kq.dtype, "k")
+    vq2 = QuantizedTensor(vq.data[:, :256].contiguous(), vq.scales[..., :2].contiguous(), 128, False, 0,
+                          vq.dtype, "v")
+    o2, l2 = fp8_attention_forward(qq, kq2, vq2, causal, scale)
+    assert not judge_fp8(q, k, v, qq, kq, vq, o2, l2, causal, scale)["ok"]
+    # a wrong scale on one V block
+    o3, l3 = fp8_attention_forward(qq, kq, QuantizedTensor(vq.data, vq.scales * torch.tensor([1.0, 1.0, 1.5]),
+                                                           128, False, 0, vq.dtype, "v"), causal, scale)
+    assert not judge_fp8(q, k, v, qq, kq, vq, o3, l3, causal, scale)["ok"]
+    # an unwritten output row
+    o4 = out.clone()
+    o4[0, 5, 1] = float("nan")
+    bad = judge_fp8(q, k, v, qq, kq, vq, o4, lse, causal, scale)
+    assert not bad["ok"] and "NaN" in bad["failures"][0]
+    # noise of 1/25 of the FP8 error itself (0.2 % of the rms vs ~5 %) is within the rule; noise as large
+    # as that error is not
+    g = torch.Generator().manual_seed(1)
+    rms = out.float().pow(2).mean().sqrt()
+    small = out.float() + 0.002 * rms * torch.randn(out.shape, generator=g)
+    assert judge_fp8(q, k, v, qq, kq, vq, small.to(out.dtype), lse, causal, scale)["ok"]
+    big = out.float() + 0.05 * rms * torch.randn(out.shape, generator=g)
+    assert not judge_fp8(q, k, v, qq, kq, vq, big.to(out.dtype), lse, causal, scale)["ok"]
+
+
+def test_device_script_plumbing_runs_on_the_cpu(tmp_path):
+    """scripts/hopper_fp8_dev.py end to end with FP8_DEV_MOCK=1 (the emulation stands in for the
+    kernel, small shapes): stages, timeouts, JSON lines and the summary work before the one device
+    call that runs it for real."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(FP8_DEV_MOCK="1", PYTHONPATH=root + os.pathsep + env.get("PYTHONPATH", ""))
+    out = tmp_path / "fp8"
+    proc = subprocess.run([sys.executable, os.path.join(root, "scripts", "hopper_fp8_dev.py"), str(out),
+                           "--budget", "170"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert '"check128": "rc=0"' in proc.stdout and '"bench": "rc=0"' in proc.stdout, proc.stdout[-3000:]
+    checks = [json.loads(x) for x in (out / "check.jsonl").read_text().splitlines()]
+    assert sum(1 for r in checks if r["kind"] == "check" and r["ok"]) == 10
+    bench = [json.loads(x) for x in (out / "bench.jsonl").read_text().splitlines()]
+    assert len(bench) == 8 and all("ours_ms" in r and "ours_e2e_ms" in r for r in bench)
+    assert "| hdim | causal | seqlen | ours |" in (out / "summary.md").read_text()
