@@ -68,6 +68,22 @@ def random_signs(head_dim: int, seed: int = 0) -> torch.Tensor:
     return (torch.randint(0, 2, (head_dim,), generator=gen) * 2 - 1).to(torch.float32)
 
 
+_SIGNS_ON_DEVICE: dict = {}
+
+
+def _device_signs(head_dim: int, seed: int, device: torch.device) -> torch.Tensor:
+    """random_signs on ``device``, kept per (head_dim, seed, device): a fresh copy from the CPU on
+    every call would be a blocking host-to-device copy (a stream synchronisation) per quantisation.
+    The cached tensor is never written to."""
+    key = (head_dim, int(seed), str(device))
+    t = _SIGNS_ON_DEVICE.get(key)
+    if t is None:
+        if len(_SIGNS_ON_DEVICE) >= 256:
+            _SIGNS_ON_DEVICE.clear()
+        t = _SIGNS_ON_DEVICE[key] = random_signs(head_dim, seed).to(device)
+    return t
+
+
 def _sylvester(n: int) -> torch.Tensor:
     h = torch.ones((1, 1), dtype=torch.float64)
     while h.shape[0] < n:
@@ -276,7 +292,7 @@ def quantize_fp8(x: torch.Tensor, *, block_size: int = 128, rotate: bool = False
         x = x.contiguous()
 
     had = hadamard_block_size(head_dim)
-    signs = random_signs(head_dim, seed).to(x.device) if rotate else None
+    signs = _device_signs(head_dim, seed, x.device) if rotate else None
     if x.device.type == "cuda" or (x.device.type == "cpu" and _interpreter_active()):
         impl = _quantize_triton
     else:
