@@ -51,7 +51,7 @@ MOCK = os.environ.get("FP8_DEV_MOCK") == "1"
 DEV = "cpu" if MOCK else "cuda"
 
 CHECK_ORDER = (128, 256, 64)
-CHECK_TIMEOUT = {128: 55, 256: 40, 64: 35}   # the first one pays the cold imports and compiles
+CHECK_TIMEOUT = {128: 60, 256: 45, 64: 40}   # the first one pays the cold imports and compiles
 BENCH_RESERVE = 65                            # seconds kept for the bench stage
 
 
@@ -68,6 +68,8 @@ def _kernel_module():
 
     def forward(qq, kq, vq, causal, scale, out_dtype=None, _out=None, _lse=None, **kw):
         import torch
+        if os.environ.get("FP8_DEV_MOCK_HANG") == str(qq.shape[-1]):
+            time.sleep(3600)                    # a hung kernel, for the watchdog's test
         o, l = fp8_attention_forward(qq, kq, vq, causal, scale, out_dtype=out_dtype or torch.bfloat16)
         if _out is not None:
             _out.copy_(o)
@@ -75,6 +77,33 @@ def _kernel_module():
             return _out, _lse
         return o, l
     return types.SimpleNamespace(forward=forward)
+
+
+class Watchdog:
+    """Ends this process (exit code 5) when a step runs longer than ``seconds``: a launch that
+    never returns is a hang, and the stage's own timeout would cost more."""
+
+    def __init__(self, what: str, seconds: float):
+        import threading
+        self.what, self.seconds = what, seconds
+        self.timer = threading.Timer(seconds, self._fire)
+        self.timer.daemon = True
+
+    def _fire(self):
+        print(f"  HANG: {self.what} did not finish in {self.seconds:.0f}s; ending this stage", flush=True)
+        os._exit(5)
+
+    def __enter__(self):
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.timer.cancel()
+        return False
+
+
+CASE_WATCHDOG_S = float(os.environ.get("FP8_DEV_CASE_WATCHDOG", 30))  # compile + launch + judge
+BENCH_WATCHDOG_S = 25    # one implementation at one shape
 
 
 def _sync():
@@ -125,7 +154,7 @@ def _inputs(b, sq, sk, h, hk, d, kind, seed):
                  for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d)))
 
 
-def run_check_case(d, case, seed):
+def run_check_case(d, case, seed, config=None):
     import torch
     import fusedattn
     from fusedattn.fp8 import quantize_fp8
@@ -144,11 +173,11 @@ def run_check_case(d, case, seed):
     lse = torch.full((b, h, sq), float("nan"), device=DEV, dtype=torch.float32)
     print(f"  launch d={d} {name} (b={b} sq={sq} sk={sk} h={h}/{hk} causal={int(causal)})", flush=True)
     t0 = time.time()
-    F.forward(qq, kq, vq, causal, scale, out_dtype=out_dtype, _out=out, _lse=lse)
+    F.forward(qq, kq, vq, causal, scale, out_dtype=out_dtype, _out=out, _lse=lse, config=config)
     _sync()
     first_s = time.time() - t0
     rec = judge_fp8(q, k, v, qq, kq, vq, out, lse, causal, scale)
-    if kind == "api":
+    if kind == "api" and config is None:
         before = [t.clone() for t in (q, k, v)]
         be = "reference" if MOCK else "hopper"
         o1, l1 = fusedattn.attention_fp8(q, k, v, causal=causal, return_lse=True, seed=11, backend=be)
@@ -166,9 +195,16 @@ def run_check_case(d, case, seed):
     return rec
 
 
-def stage_check(out_dir, d):
+def stage_check(out_dir, d, serial=False):
     import torch
     import triton
+
+    config = None
+    cases = check_cases(d)
+    if serial:       # diagnosis after a failure: the same kernel without the overlapped loop
+        from fusedattn.kernels import hopper_fp8_fwd as F0
+        config = F0.get_config(d, overlap=False)
+        cases = cases[:4]
 
     if MOCK:
         import types
@@ -177,19 +213,20 @@ def stage_check(out_dir, d):
     else:
         props = torch.cuda.get_device_properties(0)
     seed = int(time.time()) % 100000
-    print(f"[check d={d}] {props.name} sm_{props.major}{props.minor} torch {torch.__version__} "
+    print(f"[check d={d}{' serial (overlap off)' if serial else ''}] {props.name} sm_{props.major}{props.minor} torch {torch.__version__} "
           f"triton {triton.__version__} seed {seed}", flush=True)
     n_ok = n_all = 0
     with open(os.path.join(out_dir, "check.jsonl"), "a") as jf:
         jf.write(json.dumps(dict(kind="env", d=d, device=props.name, torch=torch.__version__,
                                  triton=triton.__version__, seed=seed)) + "\n")
-        for i, case in enumerate(check_cases(d)):
+        for i, case in enumerate(cases):
             t0 = time.time()
             try:
-                rec = run_check_case(d, case, seed + i)
+                with Watchdog(f"d={d} {case[0]}", CASE_WATCHDOG_S):
+                    rec = run_check_case(d, case, seed + i, config)
             except Exception as e:  # noqa: BLE001 - report; a CUDA fault ends the stage
                 traceback.print_exc()
-                rec = dict(kind="check", name=case[0], d=d, causal=case[6], ok=False,
+                rec = dict(kind="check", name=case[0], d=d, causal=case[6], ok=False, serial=serial,
                            error=f"{type(e).__name__}: {e}"[:600])
                 fatal = any(w in str(e) for w in ("CUDA", "cuda", "illegal", "launch", "misaligned"))
                 rec["seconds"] = round(time.time() - t0, 2)
@@ -202,6 +239,7 @@ def stage_check(out_dir, d):
                     return 3
                 continue
             rec["seconds"] = round(time.time() - t0, 2)
+            rec["serial"] = serial
             jf.write(json.dumps(rec) + "\n")
             jf.flush()
             n_all += 1
@@ -294,7 +332,8 @@ def stage_bench(out_dir, hdims, deadline):
                 runs.append(("fa3_fp8", lambda: fa3(q8, k8, v8, causal=causal, softmax_scale=scale)))
             for label, fn in runs:
                 try:
-                    ms, spread = bench(fn)
+                    with Watchdog(f"bench {label} d={d} causal={int(causal)} s={s}", BENCH_WATCHDOG_S):
+                        ms, spread = bench(fn)
                     res[label + "_ms"] = ms
                     res[label + "_spread"] = round(spread, 4)
                     if label != "quant":
@@ -342,20 +381,22 @@ def summarize(out_dir, status):
     rows = [f"status: {json.dumps(status)}"]
     checks = [r for r in _read(os.path.join(out_dir, "check.jsonl")) if r.get("kind") == "check"]
     if checks:
-        for d in CHECK_ORDER:
-            cd = [r for r in checks if r["d"] == d]
+        for d, serial in [(d, sr) for d in CHECK_ORDER for sr in (False, True)]:
+            cd = [r for r in checks if r["d"] == d and bool(r.get("serial")) == serial]
             if not cd:
                 continue
+            tag = f"{d} serial (overlap off)" if serial else f"{d}"
+            planned = 4 if serial else len(check_cases(d))
             ok = sum(bool(r.get("ok")) for r in cd)
             meas = [r for r in cd if "rel_rmse_vs_oracle" in r]
             worst = lambda key: max((r[key] for r in meas), default=float("nan"))  # noqa: E731
-            rows.append(f"check d={d}: {ok}/{len(cd)} passed ({len(check_cases(d))} planned); worst "
+            rows.append(f"check d={tag}: {ok}/{len(cd)} passed ({planned} planned); worst "
                         f"rel RMSE vs float64 {worst('rel_rmse_vs_oracle'):.4f} (emulation "
                         f"{worst('spec_rel_rmse_vs_oracle'):.4f}), rel L2 vs emulation "
                         f"{worst('rel_l2_vs_spec'):.1e}, lse vs emulation {worst('lse_vs_spec'):.1e}")
             for r in cd:
                 if not r.get("ok"):
-                    rows.append(f"  FAIL d={d} {r.get('name')}: "
+                    rows.append(f"  FAIL d={tag} {r.get('name')}: "
                                 + (r.get("error") or "; ".join(r.get("failures", []))))
     else:
         rows.append("check: no output")
@@ -406,12 +447,13 @@ def main():
     ap.add_argument("out", nargs="?", default=os.environ.get("OUT") or os.path.join(ROOT, "out", "hopper_fp8"))
     ap.add_argument("--stage", choices=["check", "bench"], help="(internal) run one stage here")
     ap.add_argument("--hdim", type=int, action="append", help="(internal) head dims of the stage")
+    ap.add_argument("--serial", action="store_true", help="(internal) check with overlap off")
     ap.add_argument("--deadline", type=float, default=0.0, help="(internal) epoch seconds")
     ap.add_argument("--budget", type=float, default=175.0, help="seconds for everything")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.stage == "check":
-        return stage_check(a.out, a.hdim[0])
+        return stage_check(a.out, a.hdim[0], a.serial)
     if a.stage == "bench":
         return stage_bench(a.out, a.hdim, a.deadline)
 
@@ -428,6 +470,12 @@ def main():
         status[f"check{d}"] = st
         if d in (128, 256) and st in ("rc=0", "rc=4"):
             bench_dims.append(d)      # ran to the end (a wrong result is still timed, and flagged)
+        if d == 128 and st != "rc=0":
+            # the overlapped loop (hdim 64/128 only) or the rest? the same cases with overlap off
+            share = min(30, a.budget - (time.time() - t0) - BENCH_RESERVE - 30)
+            if share >= 15:
+                status["check128-serial"] = _run_stage(
+                    a.out, "check128-serial", ["--stage", "check", "--hdim", "128", "--serial"], share)
     left = a.budget - (time.time() - t0) - 3
     if bench_dims and left >= 20:
         args = ["--stage", "bench", "--deadline", str(time.time() + left)]
