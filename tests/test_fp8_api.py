@@ -253,3 +253,21 @@ def test_device_script_plumbing_runs_on_the_cpu(tmp_path):
     bench = [json.loads(x) for x in (out / "bench.jsonl").read_text().splitlines()]
     assert len(bench) == 8 and all("ours_ms" in r and "ours_e2e_ms" in r for r in bench)
     assert "| hdim | causal | seqlen | ours |" in (out / "summary.md").read_text()
+
+
+def test_first_launch_guard_reports_a_hang_without_hanging(monkeypatch):
+    """fusedattn.fp8_check.first_launch (used by the GPU tests and the bench before they launch the
+    FP8 kernel): a subprocess that hangs after starting head_dim 128 gives a reason per head_dim."""
+    from fusedattn import fp8_check
+
+    hang = ("import json, sys, time\n"
+            "print(json.dumps({'d': 128, 'started': True}), flush=True)\n"
+            "print(json.dumps({'d': 128, 'ok': True}), flush=True)\n"
+            "print(json.dumps({'d': 256, 'started': True}), flush=True)\n"
+            "time.sleep(60)\n")
+    monkeypatch.setattr(fp8_check, "_FIRST_LAUNCH", hang)
+    monkeypatch.setattr(fp8_check, "_first_launch_cache", {})
+    res = fp8_check.first_launch((128, 256, 64), timeout=5)
+    assert res[128] is None
+    assert "first launch of head_dim 256" in res[256] and "no result within 5 s" in res[256]
+    assert res[64].startswith("not launched")

@@ -195,6 +195,21 @@ def fp8_through_attention(backend: str) -> Callable[[], tuple[Callable, Callable
     return factory
 
 
+def _fp8_kernel_launches(q) -> None:
+    """Raise (the bench records it for the cell) when the FP8 kernel failed or hung on its first
+    launch at this head_dim, tried once per process in a subprocess with a timeout
+    (fusedattn.fp8_check.first_launch), so that a hanging kernel cannot hang the bench."""
+    from fusedattn.fp8_api import FP8_HEAD_DIMS
+    if q.device.type != "cuda" or q.shape[-1] not in FP8_HEAD_DIMS:
+        return  # attention_fp8 raises its own clear error
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return
+    from fusedattn.fp8_check import first_launch
+    why = first_launch().get(q.shape[-1])
+    if why is not None:
+        raise RuntimeError(f"the FP8 kernel is not run in this bench: {why}")
+
+
 def fp8_hopper_kernel() -> tuple[Callable, Callable]:
     """fusedattn-hopper-fp8, kernel to kernel: prepare = fusedattn.quantize_fp8 of the bf16 inputs
     (q and k rotated with one seed, one scale per 128 rows and head; untimed, as FA3 fp8's cast),
@@ -202,6 +217,7 @@ def fp8_hopper_kernel() -> tuple[Callable, Callable]:
     import fusedattn
 
     def prepare(q, k, v):
+        _fp8_kernel_launches(q)
         return (fusedattn.quantize_fp8(q, role="q", rotate=True),
                 fusedattn.quantize_fp8(k, role="k", rotate=True),
                 fusedattn.quantize_fp8(v, role="v"))
@@ -217,6 +233,7 @@ def fp8_hopper_end_to_end() -> tuple[Callable, Callable]:
     import fusedattn
 
     def prepare(q, k, v):
+        _fp8_kernel_launches(q)
         return q, k, v
 
     def run(q, k, v, causal, scale):
