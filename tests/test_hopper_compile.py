@@ -31,6 +31,12 @@ CASES = [
     (128, False, {"warp_specialize": False}),
     (128, True, {"persistent": True, "tma_store": True, "pingpong": True, "pingpong_mode": 2}),
     (96, True, {}),  # padded to 128
+    # v4 candidates (hopper_log.md v4; off by default, not yet run on a GPU)
+    (128, False, {"softmax_fma": True}),
+    (128, True, {"persistent": True, "tma_store": True, "softmax_fma": True}),
+    (64, True, dict(H.VARIANTS["d64_3wg"][0])),
+    (64, False, dict(H.VARIANTS["d64_3wg_n128"][0])),
+    (64, False, dict(H.VARIANTS["d64_3wg_persistent"][0])),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of the configurations verified on an H200
@@ -57,6 +63,9 @@ for d, c, ov in json.loads(sys.argv[1]):
     ptx = k.asm["ptx"]
     r["ptx_store_tma"] = ptx.count("cp.async.bulk.tensor.4d.global.shared")
     r["ptx_named_bars"] = ptx.count("bar.sync 10, 256") + ptx.count("bar.sync 11, 256")
+    sass = fi.sass_counts(k.asm["cubin"])["sass"]
+    r["sass_ffma"] = sass.count(" FFMA")
+    r["sass_fadd"] = sass.count(" FADD")
     r["_case"] = len(out)
     out.append(r)
 print("REPORTS=" + json.dumps(out))
@@ -102,8 +111,8 @@ def test_warp_specialised_register_split(report):
         assert report["setmaxnreg_values"] == []
         assert report["sass_counts"]["USETMAXREG"] == 0
         return
-    # two consumer warpgroups + one producer warp (padded to a warpgroup)
-    assert report["threads"] == 384
+    # two (or three) consumer warpgroups + one producer warp (padded to a warpgroup)
+    assert report["threads"] == 128 * (report["config"]["num_consumers"] + 1)
     assert report["maxnreg_at_entry"] * report["threads"] <= 65536
     assert report["producer_regs"] in report["setmaxnreg_dec"], report["setmaxnreg_values"]
     assert report["consumer_regs"] in report["setmaxnreg_values"], report["setmaxnreg_values"]
@@ -139,6 +148,52 @@ def test_new_switches_reach_the_code(report):
     assert (report["ptx_named_bars"] > 0) == named
     if cfg["tma_store"]:
         assert report["sass_counts"]["UTMASTG"] > 0
+
+
+def test_softmax_fma_uses_ffma(reports):
+    """softmax_fma: the exponent's scale-and-subtract is one FFMA (SASS), fewer FADDs than the
+    table's kernel of the same head dim."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    fma = by_case[(128, False, json.dumps({"softmax_fma": True}))]
+    base = by_case[(128, False, "{}")]
+    assert fma["sass_ffma"] > base["sass_ffma"] + 256, (fma["sass_ffma"], base["sass_ffma"])
+    assert fma["sass_fadd"] < base["sass_fadd"], (fma["sass_fadd"], base["sass_fadd"])
+
+
+def test_three_consumer_warpgroups(reports):
+    for r in reports:
+        if r["config"]["num_consumers"] != 3:
+            continue
+        assert r["threads"] == 512 and r["maxnreg_at_entry"] == 128
+        # workers 160 each, producer 24, the default partition (consumer 0) what is left: 168
+        assert {24, 160, 168} <= set(r["setmaxnreg_values"]), r["setmaxnreg_values"]
+
+
+def test_dev2_precompile_path_on_cpu(tmp_path):
+    """scripts/hopper_dev2.py compiles its kernels first through forward(_warmup=True); here with
+    a stand-in sm_90a driver (hopper_dev2.install_mock_sm90_driver) on CPU tensors: the launch path's
+    specialisation and descriptors, with nothing launched."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["HOPPER_DEV2_MOCK_DRIVER"] = "1"
+    specs = [["d64_3wg", 64, True, 2, 1000, 4, 2], ["persistent_tma_fma", 128, False, 2, 8192, 16, 16]]
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "hopper_dev2.py"),
+                          str(tmp_path), "--worker", "compile:" + json.dumps(specs)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert res.stdout.count("compiled ") == 2 and "FAILED" not in res.stdout, res.stdout
+
+
+def test_dev2_compile_list_covers_every_job():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import hopper_dev2 as D
+    specs = D.compile_specs(list(D.JOBS))
+    names = {s[0] for s in specs}
+    for _, variants, _, _ in D.JOBS.values():
+        assert set(variants) <= names
+    for n in names:
+        assert n in H.VARIANTS or n in D.EXTRA_VARIANTS
 
 
 def test_padded_head_dims_gated():

@@ -48,6 +48,13 @@ Switches added after the verified version (issue #4), each OFF by default and no
                            P V; without overlap the turn spans P V_{j-1} + QK^T_j); 2: as 1 with
                            named hardware barriers (bar.sync/bar.arrive, FA3) instead of
                            mbarrier polling.
+    softmax_fma (v4)       FA3's softmax arithmetic: the row max over the raw scores, the exponent
+                           s * scale - m * scale as one FFMA (SASS hdim 128: FFMA 64 -> 612,
+                           FADD 1068 -> 536, FMUL 920 -> 664 over the whole kernel).
+    num_consumers=3 (v4)   three consumer warpgroups of BLOCK_M // 3 rows (FA3's 192-row tile at
+                           hdim 64): 16 warps, entry cap 128 registers, workers setmaxnreg 160,
+                           the default partition 168, producer 24; the Q tile is three TMA boxes
+                           in a [4, 1, 64, 1, D] buffer (shared shapes must be powers of two).
     head_dim not in (64, 128, 256) (a multiple of 8, <= 256): runs at the next native head dim;
                            the TMA boxes are wider than the tensors, the copy engine zero-fills the
                            missing columns of Q, K, V, and the store masks them (D_REAL).
@@ -106,6 +113,9 @@ class FwdConfig:
     persistent: bool = False      # grid = #SMs, static tile loop
     tma_store: bool = False       # O through shared memory + TMA store
     pingpong_mode: int = 0        # 0 verified placement, 1 FA3 placement, 2 FA3 + named barriers
+    # --- v4 candidates (hopper_log.md v4), off by default until measured on a GPU ---
+    softmax_fma: bool = False     # row max of the raw scores, exp2(s*scale - m*scale) as one FFMA
+    num_consumers: int = 2        # 3: BLOCK_M // 3 rows per warpgroup (FA3's hdim-64 192-row tile)
 
     @property
     def num_warps(self) -> int:
@@ -159,6 +169,22 @@ VARIANTS = {
     "d64_bn256": ({"block_n": 256, "num_stages": 2, "overlap": False}, (64,)),
     "d64_bn256_pp_named": ({"block_n": 256, "num_stages": 2, "overlap": False, "pingpong": True,
                             "pingpong_mode": 2}, (64,)),
+    # v4 candidates (hopper_log.md v4)
+    "fma": ({"softmax_fma": True}, None),
+    "persistent_fma": ({"persistent": True, "softmax_fma": True}, None),
+    "persistent_tma_fma": ({"persistent": True, "tma_store": True, "softmax_fma": True}, None),
+    # hdim 64: FA3's 192-row tile, three consumer warpgroups of 64 rows; 16 warps = 512 threads,
+    # so the entry cap is 128 registers: workers setmaxnreg 160, producer 24, the default
+    # partition (consumer 0) the rest, 168. BLOCK_N 128 with overlap spills 16 B at 160
+    # registers, so: BLOCK_N 64 with overlap, or BLOCK_N 128 without.
+    "d64_3wg": ({"block_m": 192, "block_n": 64, "num_stages": 3, "num_consumers": 3,
+                 "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True}, (64,)),
+    "d64_3wg_persistent": ({"block_m": 192, "block_n": 64, "num_stages": 3, "num_consumers": 3,
+                            "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
+                            "persistent": True}, (64,)),
+    "d64_3wg_n128": ({"block_m": 192, "block_n": 128, "num_stages": 2, "num_consumers": 3,
+                      "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
+                      "overlap": False}, (64,)),
 }
 
 
@@ -176,9 +202,18 @@ def get_config(head_dim: int, **overrides) -> FwdConfig:
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
               b, h, kvh, m_start, n_blocks,
-              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base=0):
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base=0, NC: gl.constexpr = 2):
+    if NC == 3:
+        # three Q boxes of BLOCK_M // 3 rows, one per consumer warpgroup (shared-memory shapes
+        # must be powers of two, so a 192-row tile is q_smem[0..2] of a [4, 1, 64, 1, D] buffer)
+        M_Q: gl.constexpr = q_desc.block_type.shape[1]
+        mbarrier.expect(q_bar, 3 * q_desc.block_type.nbytes)
+        for i in gl.static_range(3):
+            tma.async_copy_global_to_shared(q_desc, [b, m_start + i * M_Q, h, 0], q_bar,
+                                            q_smem.index(i))
+    else:
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
     for j in range(n_blocks):
         s = (kv_base + j) % NUM_STAGES
         ph = ((kv_base + j) // NUM_STAGES) & 1
@@ -234,7 +269,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
                          k_ready, v_ready, kv_empty,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k,
                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                         NUM_STAGES: gl.constexpr):
+                         NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2):
     # Same tile sequence as the consumers; the K/V ring counter c runs on across tiles, so the
     # stage index and mbarrier phase carry over. Q of the next tile is loaded as soon as both
     # consumer warpgroups have read the current one (q_empty), i.e. under their last P V and
@@ -247,7 +282,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
             tile, n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
         mbarrier.wait(q_empty, (i & 1) ^ 1)
         _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c)
+                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC)
         c += n_blocks
         i += 1
 
@@ -255,8 +290,15 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
 @gluon.jit
 def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                     MASK: gl.constexpr, CAUSAL: gl.constexpr,
-                    BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
-    """One block of the running softmax in the log2 domain. Returns p (fp32), alpha, m, l."""
+                    BLOCK_N: gl.constexpr, s_layout: gl.constexpr, FMA: gl.constexpr = False):
+    """One block of the running softmax in the log2 domain. Returns p (fp32), alpha, m, l.
+
+    FMA (FA3's form): the row max is taken over the raw scores and m is kept unscaled; the
+    exponent s * scale - m * scale is one FFMA per score instead of an FMUL (scaling) plus an
+    FADD. Needs qk_scale > 0 (forward() checks)."""
+    if FMA:
+        return _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
+                                   MASK, CAUSAL, BLOCK_N, s_layout)
     qk = s_acc * qk_scale
     if MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -272,6 +314,30 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
         m_use = m_new
     p = gl.exp2(qk - gl.expand_dims(m_use, 1))
     alpha = gl.exp2(m_i - m_use)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
+                        MASK: gl.constexpr, CAUSAL: gl.constexpr,
+                        BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    # m_i, m_new: row max of the raw (unscaled) scores
+    qk = s_acc
+    if MASK:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        valid = gl.expand_dims(cols < seqlen_k, 0)
+        if CAUSAL:
+            valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
+        qk = gl.where(valid, qk, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+    if MASK:
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    m_scaled = m_use * qk_scale
+    p = gl.exp2(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)))
+    alpha = gl.exp2(gl.fma(m_i, qk_scale, -m_scaled))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
 
@@ -331,14 +397,15 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
               OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
               kv_base=0, turn_base=0, q_phase=0, q_empty=None, o_desc=None,
               D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
-              TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0):
+              TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
+              NC: gl.constexpr = 2, FMA: gl.constexpr = False):
     """One (batch, head, m-tile) work item of one consumer warpgroup.
 
     kv_base / turn_base: K/V ring and pingpong-turn counters at the start of the tile (0 for the
     one-tile-per-program grid; carried across tiles when PERSISTENT); q_phase: phase of q_bar.
     Returns the counters after the tile.
     """
-    M_WG: gl.constexpr = BLOCK_M // 2
+    M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -348,7 +415,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
-    q = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+    if NC == 3:
+        q = q_smem.index(WG).reshape([M_WG, HEAD_DIM])
+    else:
+        q = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
     rows = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_s)
 
     m_i = gl.full([M_WG], float("-inf"), gl.float32, layout=row_s)
@@ -379,10 +449,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             mbarrier.arrive(kv_empty.index(s0), count=1)  # K_0 read
             if n_unmasked > 0:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
-                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout)
+                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout, FMA)
             else:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
-                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout)
+                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
         # steady state: QK^T of block j and P V of block j-1 in flight together
         for j in range(1, n_blocks):
@@ -404,10 +474,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
             if j < n_unmasked:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
-                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout)
+                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout, FMA)
             else:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
-                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout)
+                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
             alpha_o = gl.convert_layout(alpha, row_o)
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
@@ -450,10 +520,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
             if j < n_unmasked:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
-                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout)
+                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout, FMA)
             else:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
-                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout)
+                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             mbarrier.wait(v_ready.index(s), ph)
@@ -477,18 +547,27 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     l_o = gl.convert_layout(l_i, row_o)
     l_safe = gl.where(l_o == 0.0, 1.0, l_o)
     out = acc / gl.expand_dims(l_safe, 1)
+    if FMA:
+        m_i = m_i * qk_scale  # FMA kept the raw-score max
     lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln 2
 
     if TMA_STORE:
         # O goes through this warpgroup's own rows of the Q tile in shared memory (every QK^T
         # that read them has completed) and out with one TMA store; the copy engine clips rows
         # past seqlen_q and padded head-dim columns.
-        o_view = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+        if NC == 3:
+            o_view = q_smem.index(WG).reshape([M_WG, HEAD_DIM])
+        else:
+            o_view = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
         o_view.store(out.to(dtype))
         fence_async_shared()
         gl.thread_barrier()  # the whole warpgroup has written its rows (a named barrier of 128)
-        tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
-                                        q_smem.slice(WG * M_WG, M_WG, dim=1))
+        if NC == 3:
+            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                            q_smem.index(WG))
+        else:
+            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                            q_smem.slice(WG * M_WG, M_WG, dim=1))
         tma.store_wait(0)
         if PERSISTENT:
             gl.thread_barrier()
@@ -512,12 +591,29 @@ def _consumer_wg1(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
-                  TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+                  TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False):
     _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
               1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE)
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA)
+
+
+@gluon.jit
+def _consumer_wg2(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
+                  out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
+                  m_start, n_blocks, n_unmasked, o_desc,
+                  CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                  TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+    _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
+              out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
+              m_start, n_blocks, n_unmasked,
+              2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA)
 
 
 @gluon.jit
@@ -527,7 +623,8 @@ def _consumer_wg0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
-                  TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+                  TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False):
     if PINGPONG:
         if PP_MODE == 2:
             _named_bar(1, True)  # warpgroup 0 opens its own first turn (FA3's mma_init)
@@ -535,7 +632,7 @@ def _consumer_wg0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
               0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE)
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA)
 
 
 @gluon.jit
@@ -545,7 +642,8 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                          OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
-                         TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+                         TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                         NC: gl.constexpr = 2, FMA: gl.constexpr = False):
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -562,7 +660,8 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
                          m_start, n_blocks, n_unmasked,
                          WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE)
+                         c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE,
+                         NC, FMA)
         i += 1
 
 
@@ -573,12 +672,13 @@ def _consumer_persistent_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
-                             TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+                             TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                             NC: gl.constexpr = 2, FMA: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA)
 
 
 @gluon.jit
@@ -588,12 +688,29 @@ def _consumer_persistent_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
-                             TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr):
+                             TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                             NC: gl.constexpr = 2, FMA: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA)
+
+
+@gluon.jit
+def _consumer_persistent_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                             turn_bars, out_ptr, lse_ptr, o_desc,
+                             n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
+                             CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                             HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                             OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                             TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                             NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+    _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                         turn_bars, out_ptr, lse_ptr, o_desc,
+                         n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
+                         2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA)
 
 
 @gluon.jit
@@ -604,7 +721,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                     o_desc=None, D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
-                    TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0):
+                    TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
+                    NUM_CONSUMERS: gl.constexpr = 2, SOFTMAX_FMA: gl.constexpr = False):
     # 1-D grid over (batch * heads) x m-tiles, (batch, head) major so that neighbouring programs
     # share K/V in L2; with a causal mask the longest tiles (largest m) go first.
     # PERSISTENT: grid = number of SMs, each program walks the tiles pid, pid + grid, ...
@@ -634,7 +752,10 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
         n_unmasked = seqlen_k // BLOCK_N
 
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+    if NUM_CONSUMERS == 3:  # q_desc box: BLOCK_M // 3 rows; buffers 0..2 used
+        q_smem = gl.allocate_shared_memory(dtype, [4] + q_desc.block_type.shape, q_desc.layout)
+    else:
+        q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -647,8 +768,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=2)  # one arrival per consumer warpgroup
-        mbarrier.init(kv_empty.index(NUM_STAGES + i), count=2)
+        mbarrier.init(kv_empty.index(i), count=NUM_CONSUMERS)  # one arrival per consumer wg
+        mbarrier.init(kv_empty.index(NUM_STAGES + i), count=NUM_CONSUMERS)
     mbarrier.init(turn_bars.index(0), count=1)
     mbarrier.init(turn_bars.index(1), count=1)
 
@@ -656,39 +777,82 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     # constexpr entries into tensors)
     if PERSISTENT:
         q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_empty, count=2)  # one arrival per consumer warpgroup
+        mbarrier.init(q_empty, count=NUM_CONSUMERS)  # one arrival per consumer warpgroup
         n_bh = q_desc.shape[0] * heads
-        gl.warp_specialize([
-            (_consumer_persistent_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready,
-                                        kv_empty, turn_bars, out_ptr, lse_ptr, o_desc,
-                                        n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k,
-                                        qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
-                                        OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE)),
-            (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready,
-                                        kv_empty, turn_bars, out_ptr, lse_ptr, o_desc,
-                                        n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k,
-                                        qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
-                                        OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE)),
-            (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
-                                    k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
-                                    seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
-        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+        if NUM_CONSUMERS == 3:
+            gl.warp_specialize([
+                (_consumer_persistent_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                    v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
+                    heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                    v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
+                    heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_consumer_persistent_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                    v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
+                    heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
+                    q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
+                    seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
+            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+        else:
+            gl.warp_specialize([
+                (_consumer_persistent_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                    v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
+                    heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                    v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
+                    heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
+                    q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
+                    seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
+            ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
-        gl.warp_specialize([
-            (_consumer_wg0, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
-                             out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
-                             m_start, n_blocks, n_unmasked, o_desc,
-                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                             D_REAL, TMA_STORE, PP_MODE)),
-            (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
-                             out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
-                             m_start, n_blocks, n_unmasked, o_desc,
-                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                             D_REAL, TMA_STORE, PP_MODE)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                         kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES)),
-        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
-
+        if NUM_CONSUMERS == 3:
+            gl.warp_specialize([
+                (_consumer_wg0, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                    turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
+                    qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                    turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
+                    qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_consumer_wg2, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                    turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
+                    qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
+                    v_ready, kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, 0,
+                    NUM_CONSUMERS)),
+            ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+        else:
+            gl.warp_specialize([
+                (_consumer_wg0, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                    turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
+                    qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                    turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
+                    qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
+                    v_ready, kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES)),
+            ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 # --------------------------------------------------------------------------------------------
 # Non-specialised variant (ablation "without warp specialisation"): one partition of two
@@ -874,7 +1038,9 @@ def smem_layout(dtype) -> gl.NVMMASharedLayout:
 
 def shared_memory_bytes(head_dim: int, cfg: FwdConfig, elem: int = 2) -> int:
     """Shared memory the kernel allocates for its tiles (the barriers add a few bytes)."""
-    return elem * head_dim * (cfg.block_m + 2 * cfg.num_stages * cfg.block_n)
+    # three consumers: the Q tile is 4 power-of-two buffers of block_m // 3 rows (3 used)
+    q_rows = cfg.block_m // 3 * 4 if cfg.num_consumers == 3 else cfg.block_m
+    return elem * head_dim * (q_rows + 2 * cfg.num_stages * cfg.block_n)
 
 
 def supports(q, k, v, causal) -> str | None:
@@ -918,6 +1084,18 @@ def _descriptor(t: torch.Tensor, block: int, box_d: int | None = None):
                             smem_layout(t.dtype))
 
 
+def _v4_constexprs(cfg: FwdConfig) -> dict:
+    """Constexprs of the v4 switches, passed only when they differ from the kernel's defaults."""
+    extra = {}
+    if cfg.softmax_fma:
+        extra["SOFTMAX_FMA"] = True
+    if cfg.num_consumers != 2:
+        if cfg.num_consumers != 3 or cfg.pingpong or cfg.block_m % 3:
+            raise ValueError("num_consumers: 2, or 3 without pingpong and with block_m % 3 == 0")
+        extra["NUM_CONSUMERS"] = cfg.num_consumers
+    return extra
+
+
 _NUM_SMS = {}
 
 
@@ -928,12 +1106,22 @@ def _num_sms(device) -> int:
     return _NUM_SMS[idx]
 
 
+def _launch(kernel, grid, warmup, *args, **kwargs):
+    if warmup:
+        return kernel.warmup(*args, grid=grid, **kwargs)
+    kernel[grid](*args, **kwargs)
+    return None
+
+
 def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | None = None,
-            _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None):
+            _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
+            _warmup: bool = False):
     """(out, lse) as the launcher contract says; see the module docstring.
 
     config overrides the tile table (ablations). _out/_lse: preallocated contiguous outputs, for
-    tests that poison them before the launch.
+    tests that poison them before the launch. _warmup: compile (into triton's on-disk cache) with
+    exactly the launch's specialisation, launch nothing, and return the compiled kernel
+    (scripts/hopper_dev2.py compiles its kernels in parallel processes first).
     """
     batch, seqlen_q, heads, head_dim = q.shape
     _, seqlen_k, kv_heads, _ = k.shape
@@ -944,7 +1132,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     lse = _lse if _lse is not None else torch.empty((batch, heads, seqlen_q),
                                                     dtype=torch.float32, device=q.device)
     d_pad = padded_head_dim(head_dim)
-    q_desc = _descriptor(q, cfg.block_m, d_pad)
+    q_desc = _descriptor(q, cfg.block_m // (3 if cfg.num_consumers == 3 else 1), d_pad)
     k_desc = _descriptor(k, cfg.block_n, d_pad)
     v_desc = _descriptor(v, cfg.block_n, d_pad)
     num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
@@ -952,25 +1140,28 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     args = (q_desc, k_desc, v_desc, out, lse,
             seqlen_q, seqlen_k, heads, heads // kv_heads, num_m_tiles, softmax_scale * LOG2E)
     if not cfg.warp_specialize:
-        attn_fwd_nows_kernel[(n_tiles,)](
-            *args, CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d_pad,
-            NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, D_REAL=head_dim,
-            num_warps=cfg.num_warps)
-        return out, lse
+        compiled = _launch(attn_fwd_nows_kernel, (n_tiles,), _warmup, *args,
+                CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d_pad,
+                NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, D_REAL=head_dim,
+                num_warps=cfg.num_warps)
+        return compiled if _warmup else (out, lse)
     grid = (min(n_tiles, _num_sms(q.device)),) if cfg.persistent else (n_tiles,)
     # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
     # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
-    o_desc = _descriptor(out, cfg.block_m // 2, d_pad) if cfg.tma_store else None
-    attn_fwd_kernel[grid](
-        *args,
+    o_desc = _descriptor(out, cfg.block_m // cfg.num_consumers, d_pad) if cfg.tma_store else None
+    extra = _v4_constexprs(cfg)
+    if cfg.softmax_fma and not softmax_scale > 0:  # the raw-score max needs a positive scale
+        extra["SOFTMAX_FMA"] = False
+    compiled = _launch(
+        attn_fwd_kernel, grid, _warmup, *args,
         CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d_pad,
         NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, PINGPONG=cfg.pingpong,
         CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
         o_desc=o_desc, D_REAL=head_dim, PERSISTENT=cfg.persistent, TMA_STORE=cfg.tma_store,
-        PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0,
+        PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0, **extra,
         num_warps=cfg.num_warps, maxnreg=cfg.maxnreg,
     )
-    return out, lse
+    return compiled if _warmup else (out, lse)
 
 
 # --------------------------------------------------------------------------------------------
@@ -987,8 +1178,9 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
     cfg = config or get_config(head_dim)
     d_pad = padded_head_dim(head_dim)
     lay = repr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4))
+    q_rows = cfg.block_m // (3 if cfg.num_consumers == 3 else 1)
     signature = {
-        "q_desc": f"tensordesc<{dtype}[1, {cfg.block_m}, 1, {d_pad}],{lay}>",
+        "q_desc": f"tensordesc<{dtype}[1, {q_rows}, 1, {d_pad}],{lay}>",
         "k_desc": f"tensordesc<{dtype}[1, {cfg.block_n}, 1, {d_pad}],{lay}>",
         "v_desc": f"tensordesc<{dtype}[1, {cfg.block_n}, 1, {d_pad}],{lay}>",
         "out_ptr": f"*{dtype}", "lse_ptr": "*fp32",
@@ -1002,12 +1194,13 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
         constexprs.update(PINGPONG=cfg.pingpong, CONSUMER_REGS=cfg.consumer_regs,
                           PRODUCER_REGS=cfg.producer_regs)
         if cfg.tma_store:
-            signature["o_desc"] = (f"tensordesc<{dtype}[1, {cfg.block_m // 2}, 1, {d_pad}],"
-                                   f"{lay}>")
+            signature["o_desc"] = (f"tensordesc<{dtype}[1, {cfg.block_m // cfg.num_consumers}, 1, "
+                                   f"{d_pad}],{lay}>")
         else:
             constexprs["o_desc"] = None
         constexprs.update(D_REAL=head_dim, PERSISTENT=cfg.persistent, TMA_STORE=cfg.tma_store,
-                          PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0)
+                          PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0,
+                          NUM_CONSUMERS=cfg.num_consumers, SOFTMAX_FMA=cfg.softmax_fma)
         options = {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg}
     else:
         kernel = attn_fwd_nows_kernel
