@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import fusedattn
+import fusedattn.kernels.fp8_quant  # noqa: F401 - built now, under the interpreter conftest set (a
+#   later first import inside a test that sets TRITON_INTERPRET=0, as test_bench's do, would not be)
 from fusedattn import QuantizedTensor, attention_fp8, quantize_fp8
 from fusedattn.fp8_reference import fp8_attention_forward
 from fusedattn.reference import attention_oracle
