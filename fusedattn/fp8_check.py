@@ -51,6 +51,11 @@ def _rel_rmse(x, ref, seen):
     return ((xs - rs).pow(2).mean().sqrt() / rs.pow(2).mean().sqrt().clamp_min(1e-30)).item()
 
 
+def _rmse(x, ref, seen):
+    xs, rs = _rows(x, seen), _rows(ref, seen)
+    return (xs - rs).pow(2).mean().sqrt().item() if xs.numel() else 0.0
+
+
 def _max_abs(x, ref, seen):
     xs, rs = _rows(x, seen), _rows(ref, seen)
     return (xs - rs).abs().max().item() if xs.numel() else 0.0
@@ -99,7 +104,8 @@ def judge_fp8(q, k, v, qq, kq, vq, out, lse, causal: bool, scale: float) -> dict
                             f"{lse_excess:.2e})")
     return dict(ok=not failures, failures=failures, unwritten=unwritten, inf_match=inf_match,
                 empty_rows_zero=empty_zero, rel_rmse_vs_oracle=e_kernel,
-                spec_rel_rmse_vs_oracle=e_spec, max_abs_vs_oracle=m_kernel,
+                spec_rel_rmse_vs_oracle=e_spec, rmse_vs_oracle=_rmse(o, ref, seen),
+                spec_rmse_vs_oracle=_rmse(spec_out, ref, seen), max_abs_vs_oracle=m_kernel,
                 spec_max_abs_vs_oracle=m_spec, rel_l2_vs_spec=rel_spec, lse_vs_spec=lse_spec)
 
 

@@ -251,7 +251,8 @@ def test_device_script_plumbing_runs_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert '"check128": "rc=0"' in proc.stdout and '"bench": "rc=0"' in proc.stdout, proc.stdout[-3000:]
     checks = [json.loads(x) for x in (out / "check.jsonl").read_text().splitlines()]
-    assert sum(1 for r in checks if r["kind"] == "check" and r["ok"]) == 10
+    assert sum(1 for r in checks if r["kind"] == "check" and r["ok"]) == 11
+    assert "FA3's outlier test" in proc.stdout
     bench = [json.loads(x) for x in (out / "bench.jsonl").read_text().splitlines()]
     assert len(bench) == 8 and all("ours_ms" in r and "ours_e2e_ms" in r for r in bench)
     assert "| hdim | causal | seqlen | ours |" in (out / "summary.md").read_text()
