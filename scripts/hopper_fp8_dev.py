@@ -1,13 +1,13 @@
 """GPU development run of the hopper FP8 (Gluon, sm_90a) forward kernel, in one command of at most
 ~3 minutes on an H100/H200:
 
-    python3 scripts/hopper_fp8_dev.py OUT_DIR [--budget 175]
+    python3 scripts/hopper_fp8_dev.py OUT_DIR [--budget 160]
 
 With FlashAttention-3's FP8 kernel beside it (the device machine has no registry: the wheels are
 carried in .whl):
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site ../.whl/*.whl && \\
-    export PYTHONPATH=/tmp/site:$PWD && python3 scripts/hopper_fp8_dev.py $OUT/fp8 --budget 175
+    export PYTHONPATH=/tmp/site:$PWD && python3 scripts/hopper_fp8_dev.py $OUT/fp8 --budget 160
 
 Stages, each a subprocess with a timeout (the kernel has never run on a GPU: it may hang or fault
 on its first launch; a hung stage costs its own timeout, not the run):
@@ -454,7 +454,7 @@ def main():
     ap.add_argument("--hdim", type=int, action="append", help="(internal) head dims of the stage")
     ap.add_argument("--serial", action="store_true", help="(internal) check with overlap off")
     ap.add_argument("--deadline", type=float, default=0.0, help="(internal) epoch seconds")
-    ap.add_argument("--budget", type=float, default=175.0, help="seconds for everything")
+    ap.add_argument("--budget", type=float, default=160.0, help="seconds for everything")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.stage == "check":
