@@ -28,8 +28,8 @@ Jobs:
             replay without flush, back-to-back queue, host time per call) and the fma /
             persistent_tma_fma candidates (persistent without the TMA store spills 8 B at 256
             causal, so it is not run).
-  d64       hdim 64: fma and three consumer warpgroups (BLOCK_M 192): d64_3wg (x64, overlap),
-            d64_3wg_n128 (x128, no overlap), d64_3wg_persistent.
+  d64       hdim 64: fma, persistent_fma and three consumer warpgroups (BLOCK_M 192):
+            d64_3wg (x64, overlap), d64_3wg_n128 (x128, no overlap), d64_3wg_persistent.
 Before the jobs, every kernel they will launch is compiled in PRECOMPILE_PROCS parallel processes
 (hopper_fwd.forward(_warmup=True) -> triton's on-disk cache; nothing is launched), so the jobs
 mostly load kernels instead of compiling them one after the other.
@@ -47,6 +47,7 @@ import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICE = "cuda"  # the CPU dry run of the worker (tests) sets "cpu"
 sys.path.insert(0, ROOT)
 
 # variants (hopper_fwd.VARIANTS names) that have run correctly on an H200 before (hopper_log.md)
@@ -54,7 +55,8 @@ VERIFIED = {"default", "full", "no_overlap", "plain"}
 EXTRA_VARIANTS = {"plain": {"overlap": False}}  # WS alone: no overlap, no pingpong (runs 1-2)
 
 ABLATION_SHAPE = (4, 8448, 16, 128)
-ABLATION = ["default", "full", "no_overlap", "plain", "full_pp_fa3", "full_pp_named", "no_ws"]
+# riskiest last: no_ws ran once on a GPU (racecheck control, no hang); the pp modes 1/2 never
+ABLATION = ["default", "full", "no_overlap", "plain", "no_ws", "full_pp_fa3", "full_pp_named"]
 
 # job -> (timeout s, variants in run order (riskiest last), cells (hdim, causal, seqlen),
 #         diagnostics cells)
@@ -67,7 +69,8 @@ JOBS = {
              [(256, False, 512), (256, True, 512), (256, False, 8192), (256, True, 4096),
               (256, False, 2048)],
              [(256, False, 512), (256, True, 512), (256, False, 1024)]),
-    "d64": (70, ["default", "fma", "d64_3wg", "d64_3wg_n128", "d64_3wg_persistent"],
+    "d64": (70, ["default", "fma", "persistent_fma", "d64_3wg", "d64_3wg_n128",
+                 "d64_3wg_persistent"],
             [(64, False, 8192), (64, True, 2048), (64, True, 8192), (64, False, 2048)], []),
 }
 PRECOMPILE_TIMEOUT = 50  # s; kernels not compiled by then are compiled by the jobs themselves
@@ -310,10 +313,10 @@ class Worker:
         key = (name, d, causal)
         try:
             if key not in self.checked and name not in VERIFIED:
-                g = torch.Generator(device="cuda").manual_seed(1234)
-                qt = torch.randn(2, 1000, 4, d, device="cuda", dtype=torch.bfloat16, generator=g)
-                kt = torch.randn(2, 1000, 2, d, device="cuda", dtype=torch.bfloat16, generator=g)
-                vt = torch.randn(2, 1000, 2, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                g = torch.Generator(device=DEVICE).manual_seed(1234)
+                qt = torch.randn(2, 1000, 4, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+                kt = torch.randn(2, 1000, 2, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+                vt = torch.randn(2, 1000, 2, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
                 rec = run_checked(H, cfg, qt, kt, vt, causal, d ** -0.5)
                 self.emit(kind="check", variant=name, d=d, causal=causal, shape="2x1000 h4/2",
                           **rec)
@@ -341,7 +344,7 @@ class Worker:
         h = h or 2048 // d
         b = b or max(1, 16384 // s)
         torch.manual_seed(0)
-        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (torch.randn(b, s, h, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
         scale = d ** -0.5
         cell = dict(d=d, causal=causal, seqlen=s, batch=b, heads=h)
         fns = {}
@@ -440,12 +443,19 @@ def summarize(out_dir, jobs, status):
     rows.append("job       status")
     for j in jobs:
         rows.append(f"{j:9s} {status.get(j, '-')}")
-    fails = [r for j in jobs for r in _records(out_dir, j) if r["kind"] == "check" and not r.get("ok")]
+    fails = [r for j in jobs for r in _records(out_dir, j)
+             if r["kind"] == "check" and not r.get("ok")]
     for r in fails:
         rows.append(f"CHECK FAILED {r['job']} {r['variant']} d={r['d']} causal={r['causal']} "
                     f"{r.get('shape', '')} rel={r.get('rel')} lse={r.get('lse_err')} "
                     f"unwritten={r.get('unwritten')} {r.get('error', '')}"[:300])
     for j in jobs:
+        if j == "ablation":
+            rows.append("[ablation] FA3 paper tab. 2 (H100, non-causal): full 661, without WS 582, "
+                        "without pingpong 570. Ours: default = WS + overlap, no pingpong; full* = "
+                        "default + pingpong (full: verified mbarrier turns, _pp_fa3: FA3 placement, "
+                        "_pp_named: FA3 placement + named barriers); no_overlap = WS + pingpong; "
+                        "plain = WS only; no_ws = overlap, no WS (and no pingpong)")
         cells = {}
         for r in _records(out_dir, j):
             if r["kind"] == "time":
@@ -467,7 +477,8 @@ def summarize(out_dir, jobs, status):
         for r in _records(out_dir, j):
             if r["kind"] == "diag":
                 for n, x in r["impls"].items():
-                    rows.append(f"  diag d={r['d']} causal={int(r['causal'])} s={r['seqlen']} {n:8s} "
+                    rows.append(f"  diag d={r['d']} causal={int(r['causal'])} s={r['seqlen']} "
+                                f"{n:8s} "
                                 + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                            for k, v in x.items()))
     return "\n".join(rows)
@@ -538,7 +549,10 @@ def main():
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print("\n# summary (TFLOP/s; FA3, cuDNN and default timed in the same process)")
-    print(summarize(a.out, jobs, status))
+    try:
+        print(summarize(a.out, jobs, status))
+    except Exception:  # noqa: BLE001 - the records are in summary.json either way
+        traceback.print_exc()
     print(f"wall {time.time() - t0:.0f}s")
     return 0
 

@@ -185,6 +185,57 @@ def test_dev2_precompile_path_on_cpu(tmp_path):
     assert res.stdout.count("compiled ") == 2 and "FAILED" not in res.stdout, res.stdout
 
 
+_DRY_RUN = """
+import json, os, random, sys, types
+sys.path.insert(0, os.path.join(sys.argv[2], "scripts"))
+import torch, triton
+import hopper_dev2 as D
+from fusedattn.kernels import hopper_fwd as H
+D.DEVICE = "cpu"
+torch.cuda.synchronize = lambda *a, **k: None
+torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(name="FAKE",
+                                                                   multi_processor_count=132)
+triton.testing.do_bench = lambda fn, warmup=0, rep=0, return_mode="median": (fn(), 1.0)[1]
+triton.testing.do_bench_cudagraph = lambda fn, rep=0, return_mode="median": (fn(), 0.9)[1]
+
+def fake_forward(q, k, v, causal, scale, config=None, _out=None, _lse=None, _warmup=False):
+    ro, rl = D.reference(q, k, v, causal, scale)
+    out = _out if _out is not None else torch.empty_like(q)
+    lse = _lse if _lse is not None else torch.empty(q.shape[0], q.shape[2], q.shape[1])
+    out.copy_(ro.to(q.dtype))
+    lse.copy_(rl.float())
+    if config is not None and config.softmax_fma:
+        out[0, -1] = float("nan")  # a broken variant: caught by the check, never timed
+    return out, lse
+
+H.forward = fake_forward
+D.JOBS = {"d256": (60, ["default", "fma"], [(256, True, 130)], [(256, True, 130)])}
+D._cell_shape = lambda job, d, s: (1, 2)
+D.worker("d256", sys.argv[1])
+print("SUMMARY=" + json.dumps(D.summarize(sys.argv[1], ["d256"], {"d256": "rc=0"})))
+"""
+
+
+def test_dev2_worker_dry_run_on_cpu(tmp_path):
+    """The device script's worker on CPU with a fake kernel (float64 reference; the "fma" variant
+    made wrong on purpose) and fake timers: the wrong variant is caught and not timed, the
+    diagnostics and the summary run."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-c", _DRY_RUN, str(tmp_path), ROOT], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    recs = [json.loads(ln) for ln in open(tmp_path / "d256.jsonl")]
+    checks = {(r["variant"], r.get("shape")): r["ok"] for r in recs if r["kind"] == "check"}
+    assert checks[("fma", "2x1000 h4/2")] is False
+    assert all(ok for (n, _), ok in checks.items() if n == "default")
+    timed = {r["impl"] for r in recs if r["kind"] == "time"}
+    assert "default" in timed and "fma" not in timed
+    assert any(r["kind"] == "diag" for r in recs)
+    summary = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("SUMMARY=")][-1][8:])
+    assert "CHECK FAILED d256 fma" in summary and "default" in summary
+
+
 def test_dev2_compile_list_covers_every_job():
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import hopper_dev2 as D
