@@ -61,15 +61,15 @@ ABLATION = ["default", "full", "no_overlap", "plain", "no_ws", "full_pp_fa3", "f
 # job -> (timeout s, variants in run order (riskiest last), cells (hdim, causal, seqlen),
 #         diagnostics cells)
 JOBS = {
-    "ablation": (70, ABLATION, [(128, False, 8448), (128, True, 8448)], []),
-    "d128": (80, ["default", "fma", "persistent", "persistent_fma", "persistent_tma_fma"],
+    "ablation": (90, ABLATION, [(128, False, 8448), (128, True, 8448)], []),
+    "d128": (90, ["default", "fma", "persistent", "persistent_fma", "persistent_tma_fma"],
              [(128, False, 8192), (128, True, 1024), (128, True, 2048), (128, True, 8192),
               (128, False, 2048)], []),
-    "d256": (75, ["default", "fma", "persistent_tma_fma"],  # persistent alone spills at 256 causal
+    "d256": (80, ["default", "fma", "persistent_tma_fma"],  # persistent alone spills at 256 causal
              [(256, False, 512), (256, True, 512), (256, False, 8192), (256, True, 4096),
               (256, False, 2048)],
              [(256, False, 512), (256, True, 512), (256, False, 1024)]),
-    "d64": (70, ["default", "fma", "persistent_fma", "d64_3wg", "d64_3wg_n128",
+    "d64": (80, ["default", "fma", "persistent_fma", "d64_3wg", "d64_3wg_n128",
                  "d64_3wg_persistent"],
             [(64, False, 8192), (64, True, 2048), (64, True, 8192), (64, False, 2048)], []),
 }
