@@ -115,7 +115,8 @@ def format_report(r: dict) -> str:
         f"tma_store={c.get('tma_store', False)}"
         + (f"  [{r['variant']}]" if r.get("variant") else ""),
         f"  target sm_90a: {r['target_sm_90a']}   threads: {r['threads']} "
-        + ("(2 consumer warpgroups + 1 producer warp in its own warpgroup)"
+        + (f"({c.get('num_consumers', 2)} consumer warpgroups + 1 producer warp in its own "
+           f"warpgroup)"
            if c.get("warp_specialize", True) else
            "(one partition of 2 warpgroups, no producer, no setmaxnreg)"),
         f"  registers: cap at entry {r['maxnreg_at_entry']} (ptxas used {r.get('registers_at_entry')}); "
