@@ -1,10 +1,10 @@
 """One device call for the hopper (Gluon, sm_90a) forward, v4 (benchmarks/hopper_log.md, v4):
 
-    python3 scripts/hopper_dev2.py OUT_DIR [--budget 280] [--jobs ablation,d128,d256,d64]
+    python3 scripts/hopper_dev2.py OUT_DIR [--budget 270] [--jobs ablation,d128,d256,d64]
 
 Jobs run one after the other, each in its own subprocess with a timeout (a deadlocked variant
 costs its job, not the run; every record is written as soon as it exists, so a job killed half-way
-keeps what it measured). The whole run stays inside --budget seconds (default 280): a job that no
+keeps what it measured). The whole run stays inside --budget seconds (default 270): a job that no
 longer fits is skipped and reported.
 
 Every variant is checked before it is timed, in the timing process: outputs poisoned with NaN,
@@ -489,7 +489,7 @@ def main():
     ap.add_argument("out", nargs="?", default=os.environ.get("OUT", os.path.join(ROOT, "out",
                                                                                  "hopper_dev2")))
     ap.add_argument("--worker")
-    ap.add_argument("--budget", type=float, default=280.0)
+    ap.add_argument("--budget", type=float, default=270.0)
     ap.add_argument("--jobs", default=",".join(JOBS))
     ap.add_argument("--no-precompile", action="store_true")
     a = ap.parse_args()
