@@ -73,11 +73,17 @@ def sass_digest(sass: str) -> str:
     return hashlib.sha1("\n".join(lines).encode()).hexdigest()
 
 
-def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", **overrides) -> dict:
-    """Compile for sm_90a and collect the resource figures (a dict; see the module docstring)."""
+def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", variant: str | None = None,
+           **overrides) -> dict:
+    """Compile for sm_90a and collect the resource figures (a dict; see the module docstring).
+    Without `variant`: the shipped table's row for (head_dim, causal) plus overrides; with it: that
+    named variant (hopper_fwd.variant_config) plus overrides."""
     from fusedattn.kernels import hopper_fwd as H
 
-    cfg = H.get_config(head_dim, **overrides)
+    if variant is None or variant == "default":
+        cfg = H.get_config(head_dim, causal, **overrides)
+    else:
+        cfg = H.base_config(head_dim, **{**H.VARIANTS[variant][0], **overrides})
     kernel = H.compile_sm90(head_dim, causal, dtype, cfg)
     ptx = kernel.asm["ptx"]
     regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
@@ -177,16 +183,16 @@ def main(argv=None) -> int:
     names = (list(H.VARIANTS) if a.variants else a.variant.split(",") if a.variant else [None])
     jobs = []
     for name in names:
-        vov, dims = H.VARIANTS[name] if name else ({}, None)
+        dims = H.VARIANTS[name][1] if name else None
         for d, c in combos:
             if dims and d not in dims:
                 if a.all:
                     continue
                 d = dims[0]  # a head-dim-specific variant at its own head dim
-            jobs.append((name, d, c, {**vov, **ov}))
+            jobs.append((name, d, c, dict(ov)))
     ok = True
     for name, d, c, job_ov in jobs:
-        r = report(d, c, a.dtype, **job_ov)
+        r = report(d, c, a.dtype, variant=name, **job_ov)
         r["variant"] = name
         print(format_report(r))
         bad = (r.get("spill_stores", 1) or r.get("spill_loads", 1) or r["shared_bytes"] > SMEM_LIMIT

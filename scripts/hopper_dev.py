@@ -102,7 +102,7 @@ def check_case(H, cfg_over, b, sq, sk, h, hk, d, causal, dtype, packed=False, lo
     scale = d ** -0.5
     out = torch.full((b, sq, h, d), float("nan"), device=dev, dtype=dtype)
     lse = torch.full((b, h, sq), float("nan"), device=dev, dtype=torch.float32)
-    cfg = H.get_config(d, **cfg_over)
+    cfg = H.base_config(d, **cfg_over)
     o, l = H.forward(q, k, v, causal, scale, config=cfg, _out=out, _lse=lse)
     torch.cuda.synchronize()
     ro, rl = reference(q, k, v, causal, scale)
@@ -247,7 +247,7 @@ def worker(name, out_dir):
         b = max(1, 16384 // s)
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         res = dict(kind="bench", d=d, causal=causal, seqlen=s, batch=b, heads=h)
-        for label, cfg in (("ours", H.get_config(d, **over)), ("default", H.get_config(d))):
+        for label, cfg in (("ours", H.base_config(d, **over)), ("default", H.get_config(d, causal))):
             try:
                 fn = lambda: H.forward(q, k, v, causal, d ** -0.5, config=cfg)  # noqa: E731
                 fn()
@@ -296,7 +296,7 @@ def ablation_worker(out_dir):
                 print(f"  sdpa {label}: {e!r}"[:200], flush=True)
         for rnd in range(2):
             for n in (names if rnd == 0 else names[::-1]):
-                cfg = H.get_config(d, **H.VARIANTS[n][0])
+                cfg = H.variant_config(n, d, causal)
                 try:
                     fn = lambda: H.forward(q, k, v, causal, d ** -0.5, config=cfg)  # noqa: E731
                     fn()

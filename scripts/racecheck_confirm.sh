@@ -9,7 +9,7 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 P="import torch,fusedattn.kernels.hopper_fwd as H;q=torch.randn(1,130,4,128,dtype=torch.bfloat16).cuda();k=torch.randn(1,200,2,128,dtype=torch.bfloat16).cuda();H.forward(q,k,k.clone(),True,0.088);torch.cuda.synchronize();print('ok')"
-P2="${P%%H.forward*}H.forward(q,k,k.clone(),True,0.088,config=H.get_config(128,warp_specialize=False));torch.cuda.synchronize();print('ok')"
+P2="${P%%H.forward*}H.forward(q,k,k.clone(),True,0.088,config=H.base_config(128,warp_specialize=False));torch.cuda.synchronize();print('ok')"
 python3 -c "$P" && timeout 120 python3 -c "$P2"
 python3 scripts/sanitize_cases.py hopper >/dev/null
 CS="compute-sanitizer --print-limit 0"

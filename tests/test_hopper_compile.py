@@ -20,35 +20,42 @@ _PTXAS = finspect._tool("ptxas")
 pytestmark = pytest.mark.skipif(not os.path.exists(_PTXAS), reason="triton's bundled ptxas is missing")
 
 CASES = [
-    # (head_dim, causal, overrides)
+    # (head_dim, causal, overrides); overrides may name a variant ({"variant": NAME}: hopper_fwd
+    # .variant_config, i.e. the v3 base row plus that variant's switches); without one they apply
+    # on top of the shipped table's row for (head_dim, causal).
     (64, False, {}),
     (128, False, {}),
     (256, False, {}),
+    (64, True, {}),
     (128, True, {}),
-    (128, True, {"pingpong": True}),
-    (128, False, {"overlap": False, "pingpong": False}),
-    # switches added for issue #4 (off by default, not yet run on a GPU)
-    (128, False, {"warp_specialize": False}),
-    (128, True, {"persistent": True, "tma_store": True, "pingpong": True, "pingpong_mode": 2}),
+    (256, True, {}),
     (96, True, {}),  # padded to 128
-    # v4 candidates (hopper_log.md v4; off by default, not yet run on a GPU)
-    (128, False, {"softmax_fma": True}),
-    (128, True, {"persistent": True, "tma_store": True, "softmax_fma": True}),
-    (64, True, dict(H.VARIANTS["d64_3wg"][0])),
-    (64, False, dict(H.VARIANTS["d64_3wg_n128"][0])),
-    (64, False, dict(H.VARIANTS["d64_3wg_persistent"][0])),
+    # the v3 rows (the table before device run 5; verified in runs 2-4)
+    (64, False, {"variant": "v3"}),
+    (128, False, {"variant": "v3"}),
+    (256, False, {"variant": "v3"}),
+    (128, True, {"variant": "v3"}),
+    (128, True, {"variant": "full"}),
+    (128, False, {"variant": "v3", "overlap": False}),
+    # switches added for issue #4
+    (128, False, {"variant": "no_ws"}),
+    (128, True, {"variant": "persistent_tma_pp_named"}),
+    # v4 candidates (hopper_log.md v4)
+    (128, False, {"variant": "fma"}),
+    (128, True, {"variant": "persistent_tma_fma"}),
+    (64, True, {"variant": "d64_3wg"}),
+    (64, False, {"variant": "d64_3wg_persistent"}),
 ]
 
-# SASS instruction digests (inspect.sass_digest) of the configurations verified on an H200
-# (benchmarks/hopper_log.md, runs 2-3), with triton 3.6.0's bundled ptxas. The switches added
-# later default off; with them off the kernel must compile to exactly this code.
+# SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
+# an H200, with triton 3.6.0's bundled ptxas: a change to the kernel source that alters the code of
+# a verified configuration fails here until the GPU run is repeated.
 VERIFIED_SASS = {
-    (64, False, ()): "356eec805752a34d7bb659293ddcc98ecca38a49",
-    (128, False, ()): "11c561194241e81b95abcb08263f05ed24d38a37",
-    (256, False, ()): "58ade058aff714615a221cf04f58979fbf489e1d",
-    (128, True, ()): "05729e31c85eead490d7d1e5458ecc8d1b16f553",
-    (128, True, (("pingpong", True),)): None,  # not recorded (pingpong was verified non-causal)
-    (128, False, (("overlap", False), ("pingpong", False))): None,
+    # v3 rows: runs 2-4 (benchmarks/hopper_log.md, RESULTS.md)
+    (64, False, (("variant", "v3"),)): "356eec805752a34d7bb659293ddcc98ecca38a49",
+    (128, False, (("variant", "v3"),)): "11c561194241e81b95abcb08263f05ed24d38a37",
+    (256, False, (("variant", "v3"),)): "58ade058aff714615a221cf04f58979fbf489e1d",
+    (128, True, (("variant", "v3"),)): "05729e31c85eead490d7d1e5458ecc8d1b16f553",
 }
 
 # The compile runs in a subprocess: conftest.py turns on TRITON_INTERPRET for the CPU tests, and a
@@ -84,7 +91,8 @@ def reports():
 
 
 @pytest.fixture(params=range(len(CASES)), ids=[
-    f"d{d}-{'causal' if c else 'full'}-" + ("_".join(f"{k}{int(v)}" for k, v in ov.items()) or "table")
+    f"d{d}-{'causal' if c else 'full'}-" + ("_".join(
+        str(v) if k == "variant" else f"{k}{int(v)}" for k, v in ov.items()) or "table")
     for d, c, ov in CASES])
 def report(request, reports):
     return reports[request.param]
@@ -155,8 +163,8 @@ def test_softmax_fma_uses_ffma(reports):
     table's kernel of the same head dim."""
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}
-    fma = by_case[(128, False, json.dumps({"softmax_fma": True}))]
-    base = by_case[(128, False, "{}")]
+    fma = by_case[(128, False, json.dumps({"variant": "fma"}))]
+    base = by_case[(128, False, json.dumps({"variant": "v3"}))]
     assert fma["sass_ffma"] > base["sass_ffma"] + 256, (fma["sass_ffma"], base["sass_ffma"])
     assert fma["sass_fadd"] < base["sass_fadd"], (fma["sass_fadd"], base["sass_fadd"])
 
@@ -204,12 +212,12 @@ def fake_forward(q, k, v, causal, scale, config=None, _out=None, _lse=None, _war
     lse = _lse if _lse is not None else torch.empty(q.shape[0], q.shape[2], q.shape[1])
     out.copy_(ro.to(q.dtype))
     lse.copy_(rl.float())
-    if config is not None and config.softmax_fma:
+    if config is not None and config.tma_store:
         out[0, -1] = float("nan")  # a broken variant: caught by the check, never timed
     return out, lse
 
 H.forward = fake_forward
-D.JOBS = {"d256": (60, ["default", "fma"], [(256, True, 130)], [(256, True, 130)])}
+D.JOBS = {"d256": (60, ["default", "persistent_tma_fma"], [(256, True, 130)], [(256, True, 130)])}
 D._cell_shape = lambda job, d, s: (1, 2)
 D.worker("d256", sys.argv[1])
 print("SUMMARY=" + json.dumps(D.summarize(sys.argv[1], ["d256"], {"d256": "rc=0"})))
@@ -217,8 +225,8 @@ print("SUMMARY=" + json.dumps(D.summarize(sys.argv[1], ["d256"], {"d256": "rc=0"
 
 
 def test_dev2_worker_dry_run_on_cpu(tmp_path):
-    """The device script's worker on CPU with a fake kernel (float64 reference; the "fma" variant
-    made wrong on purpose) and fake timers: the wrong variant is caught and not timed, the
+    """The device script's worker on CPU with a fake kernel (float64 reference; the
+    "persistent_tma_fma" variant made wrong on purpose) and fake timers: the wrong variant is caught and not timed, the
     diagnostics and the summary run."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -227,13 +235,13 @@ def test_dev2_worker_dry_run_on_cpu(tmp_path):
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     recs = [json.loads(ln) for ln in open(tmp_path / "d256.jsonl")]
     checks = {(r["variant"], r.get("shape")): r["ok"] for r in recs if r["kind"] == "check"}
-    assert checks[("fma", "2x1000 h4/2")] is False
+    assert checks[("persistent_tma_fma", "2x1000 h4/2")] is False
     assert all(ok for (n, _), ok in checks.items() if n == "default")
     timed = {r["impl"] for r in recs if r["kind"] == "time"}
-    assert "default" in timed and "fma" not in timed
+    assert "default" in timed and "persistent_tma_fma" not in timed
     assert any(r["kind"] == "diag" for r in recs)
     summary = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("SUMMARY=")][-1][8:])
-    assert "CHECK FAILED d256 fma" in summary and "default" in summary
+    assert "CHECK FAILED d256 persistent_tma_fma" in summary and "default" in summary
 
 
 def test_dev2_compile_list_covers_every_job():
@@ -252,15 +260,18 @@ def test_padded_head_dims_gated():
     assert H.padded_head_dim(8) == 64 and H.padded_head_dim(96) == 128
     assert H.padded_head_dim(136) == 256 and H.padded_head_dim(256) == 256
     assert H.get_config(96) == H.get_config(128)
+    assert H.get_config(96, True) == H.get_config(128, True)
 
 
 def test_variants_table_is_valid():
     for name, (ov, dims) in H.VARIANTS.items():
         for d in dims or H.NATIVE_HEAD_DIMS:
-            cfg = H.get_config(d, **ov)
-            assert H.shared_memory_bytes(d, cfg) <= 227 * 1024, name
-    assert H.VARIANTS["default"][0] == {}
-    assert H.FwdConfig(128, 128, 2) == H.get_config(128)  # every new field defaults off
+            for causal in (False, True):
+                cfg = H.variant_config(name, d, causal)
+                assert H.shared_memory_bytes(d, cfg) <= 227 * 1024, name
+    assert H.VARIANTS["default"][0] == {} and H.VARIANTS["v3"][0] == {}
+    assert H.FwdConfig(128, 128, 2) == H.base_config(128)  # every later field defaults off
+    assert H.variant_config("default", 128, True) == H.get_config(128, True)
 
 
 def test_supports_gives_reasons_off_gpu():
@@ -272,6 +283,7 @@ def test_supports_gives_reasons_off_gpu():
 
 def test_config_table_covers_native_head_dims():
     for d in H.SUPPORTED_HEAD_DIMS:
-        cfg = H.get_config(d)
-        assert H.shared_memory_bytes(d, cfg) <= 227 * 1024
-        assert cfg.block_m % 128 == 0 and cfg.block_n in (64, 128, 256)
+        for causal in (False, True):
+            cfg = H.get_config(d, causal)
+            assert H.shared_memory_bytes(d, cfg) <= 227 * 1024
+            assert cfg.block_m % (64 * cfg.num_consumers) == 0 and cfg.block_n in (64, 128, 256)

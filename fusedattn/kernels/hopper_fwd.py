@@ -128,16 +128,47 @@ class FwdConfig:
         return self.maxnreg if self.warp_specialize else None
 
 
+# The v3 rows, the base that VARIANTS (below) override and that the ablations are relative to.
 # Chosen from the shared-memory / register budget, then measured (benchmarks/hopper_log.md):
 # hdim 64/128: 128x128 tiles (FA3 uses 128 x 128..176); hdim 256: BLOCK_N 64 keeps the fp32
 # accumulator (128 regs/thread) plus S and P under 240 registers and shared memory at 192 KB.
 # H200 run 2, hdim 128, s=8192: overlap 599 TFLOP/s (causal 549) vs no overlap 534 (499);
 # pingpong on top of overlap gave nothing (599 / 532), 3 stages nothing either -> overlap on,
 # pingpong off, 2 stages at hdim 128.
-CONFIGS = {
+BASE_CONFIGS = {
     64: FwdConfig(block_m=128, block_n=128, num_stages=3),
     128: FwdConfig(block_m=128, block_n=128, num_stages=2),
     256: FwdConfig(block_m=128, block_n=64, num_stages=2),
+}
+
+
+def _base(head_dim: int, **overrides) -> FwdConfig:
+    return FwdConfig(**{**BASE_CONFIGS[head_dim].__dict__, **overrides})
+
+
+# The shipped table, one row per (head dim, causal). Each row names the measurement that chose
+# it: H200 device run 5 (2026-12-02, benchmarks/hopper_log.md "v4 results", scripts/hopper_dev2.py;
+# TFLOP/s, each variant beside the v3 row in the same process, median of 2 rounds).
+CONFIGS = {
+    # 3 consumer warpgroups x 64 rows, BLOCK_N 128 without overlap (FA3's 192-row tile):
+    # s=2048 441 vs v3 347 (+27%), s=8192 516 vs 405 (+27%); best of 6 variants at both.
+    (64, False): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
+                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False),
+    # FFMA softmax: causal s=2048 294 vs 281 (+5%), s=8192 411 vs 382 (+7.5%). The 3-warpgroup
+    # tile wins at 8192 (446) but loses at 2048 (278), persistent_fma the reverse (333 / 394).
+    (64, True): _base(64, softmax_fma=True),
+    # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
+    # 631 (+12%).
+    (128, False): _base(128, persistent=True, tma_store=True, softmax_fma=True),
+    # FFMA softmax: causal s=1024 326 vs 313, s=2048 451 vs 422, s=8192 573 vs 549 (+4..7%);
+    # persistent loses on causal here (static tile order, no longest-first): 400..531.
+    (128, True): _base(128, softmax_fma=True),
+    # persistent + TMA store + FFMA: s=512 488 vs 398 (+23%), s=2048 645 vs 595 (+8.5%),
+    # s=8192 704 vs 680 (+3.6%).
+    (256, False): _base(256, persistent=True, tma_store=True, softmax_fma=True),
+    # FFMA softmax: causal s=512 244 vs 243, s=4096 568 vs 553 (+2.6%); persistent_tma_fma
+    # loses at causal s=512 (204).
+    (256, True): _base(256, softmax_fma=True),
 }
 
 
@@ -151,7 +182,8 @@ CONFIGS = {
 # hdim 128, non-causal): full design = WS + overlap + pingpong; without WS; without overlap;
 # without pingpong (= the shipped default).
 VARIANTS = {
-    "default": ({}, None),                                   # shipped: WS + overlap, no pingpong
+    "default": ({}, None),                          # the shipped table row (variant_config)
+    "v3": ({}, None),                               # BASE: WS + overlap, no pingpong (runs 2-4)
     "full": ({"pingpong": True}, None),                      # + pingpong as verified (mode 0)
     "full_pp_fa3": ({"pingpong": True, "pingpong_mode": 1}, None),
     "full_pp_named": ({"pingpong": True, "pingpong_mode": 2}, None),
@@ -188,12 +220,26 @@ VARIANTS = {
 }
 
 
-def get_config(head_dim: int, **overrides) -> FwdConfig:
-    """Table config for head_dim (a padded head dim uses its native one's row)."""
-    cfg = CONFIGS[padded_head_dim(head_dim)]
+def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
+    """The shipped table's config for (head_dim, causal) (a padded head dim uses its native one's
+    row), with overrides on top."""
+    cfg = CONFIGS[(padded_head_dim(head_dim), bool(causal))]
     if overrides:
         cfg = FwdConfig(**{**cfg.__dict__, **overrides})
     return cfg
+
+
+def base_config(head_dim: int, **overrides) -> FwdConfig:
+    """The v3 row for head_dim (BASE_CONFIGS) with overrides on top: what VARIANTS are relative
+    to (the ablations and scripts/hopper_dev*.py)."""
+    return _base(padded_head_dim(head_dim), **overrides)
+
+
+def variant_config(name: str, head_dim: int, causal: bool = False) -> FwdConfig:
+    """A named variant: "default" is the shipped table row, any other name BASE + its overrides."""
+    if name == "default":
+        return get_config(head_dim, causal)
+    return base_config(head_dim, **VARIANTS[name][0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1125,7 +1171,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     """
     batch, seqlen_q, heads, head_dim = q.shape
     _, seqlen_k, kv_heads, _ = k.shape
-    cfg = config or get_config(head_dim)
+    cfg = config or get_config(head_dim, causal)
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
     out = _out if _out is not None else torch.empty((batch, seqlen_q, heads, head_dim),
                                                     dtype=q.dtype, device=q.device)
@@ -1175,7 +1221,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    cfg = config or get_config(head_dim)
+    cfg = config or get_config(head_dim, causal)
     d_pad = padded_head_dim(head_dim)
     lay = repr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4))
     q_rows = cfg.block_m // (3 if cfg.num_consumers == 3 else 1)
