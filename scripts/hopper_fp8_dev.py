@@ -51,8 +51,75 @@ MOCK = os.environ.get("FP8_DEV_MOCK") == "1"
 DEV = "cpu" if MOCK else "cuda"
 
 CHECK_ORDER = (128, 256, 64)
-CHECK_TIMEOUT = {128: 60, 256: 45, 64: 40}   # the first one pays the cold imports and compiles
-BENCH_RESERVE = 65                            # seconds kept for the bench stage
+# The kernel's integer arguments are no longer specialised, so the check cases of one head_dim share
+# 2-3 kernels, all compiled by the precompile stage beforehand (run 5: one 3-6 s compile per case).
+CHECK_TIMEOUT = {128: 40, 256: 25, 64: 20}
+PRECOMPILE_TIMEOUT = 45
+BENCH_RESERVE = 55                            # seconds kept for the bench stage
+VARIANT_CHECK_CASES = ("tails+GQA", "tails+GQA causal", "MQA 33 blocks causal")
+
+
+BENCH_DIMS = (128, 256)
+
+
+def _variants(d):
+    """[(name, overrides)] of the candidates checked and timed at head_dim d
+    (hopper_fp8_fwd.VARIANTS; only at the bench's head dims)."""
+    from fusedattn.kernels import hopper_fp8_fwd as F0
+    if d not in BENCH_DIMS:
+        return []
+    return [(n, o) for n, (o, dims) in F0.VARIANTS.items() if d in dims]
+
+
+# ------------------------------------------------------------------------------------------
+# precompile: every kernel of the run, in parallel processes, into triton's on-disk cache
+# ------------------------------------------------------------------------------------------
+def precompile_tasks():
+    """(head_dim, causal, variant name or None, out dtype name): each kernel the run launches."""
+    tasks = []
+    for d in CHECK_ORDER:
+        for causal in (False, True):
+            tasks.append((d, causal, None, "bf16"))
+            tasks += [(d, causal, n, "bf16") for n, _ in _variants(d)]
+    tasks.append((128, True, None, "fp16"))     # the check's "q blk 64, no rot, fp16" case
+    return tasks
+
+
+def _precompile_one(task):
+    import torch
+    from fusedattn.fp8 import quantize_fp8
+    from fusedattn.kernels import hopper_fp8_fwd as F0
+    d, causal, vname, odt = task
+    t0 = time.time()
+    try:
+        cfg = F0.get_config(d, **(F0.VARIANTS[vname][0] if vname else {}))
+        x = torch.randn(1, 256, 2, d, device="cuda", dtype=torch.bfloat16)
+        qq = quantize_fp8(x, role="q", rotate=True)
+        kq = quantize_fp8(x, role="k", rotate=True)
+        vq = quantize_fp8(x, role="v")
+        F0.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _warmup=True,
+                   out_dtype=torch.float16 if odt == "fp16" else torch.bfloat16)
+        return task, round(time.time() - t0, 1), None
+    except Exception as e:  # noqa: BLE001
+        return task, round(time.time() - t0, 1), f"{type(e).__name__}: {e}"[:300]
+
+
+def stage_precompile(out_dir):
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    tasks = precompile_tasks()
+    if MOCK:
+        print(f"[precompile] {len(tasks)} kernels (FP8_DEV_MOCK: nothing compiled)", flush=True)
+        return 0
+    n = max(1, min(len(tasks), (os.cpu_count() or 2) - 2, 14))
+    print(f"[precompile] {len(tasks)} kernels on {n} processes", flush=True)
+    bad = 0
+    with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn")) as ex:
+        for task, sec, err in ex.map(_precompile_one, tasks):
+            bad += err is not None
+            print(f"  {'ok ' if err is None else 'ERR'} d={task[0]} causal={int(task[1])} "
+                  f"{task[2] or 'default'} {task[3]}: {sec}s" + (f" {err}" if err else ""), flush=True)
+    return 0 if not bad else 4
 
 
 # ------------------------------------------------------------------------------------------
@@ -250,7 +317,37 @@ def stage_check(out_dir, d, serial=False):
                   f"| vs emulation rel {rec['rel_l2_vs_spec']:.1e} lse {rec['lse_vs_spec']:.1e} "
                   f"| {rec['seconds']:.1f}s" + ("" if rec["ok"] else " | " + "; ".join(rec["failures"])),
                   flush=True)
-    print(f"[check d={d}] {n_ok}/{n_all} passed", flush=True)
+        if not serial and not MOCK:
+            # each candidate (hopper_fp8_fwd.VARIANTS) on three cases before it is timed
+            from fusedattn.kernels import hopper_fp8_fwd as F0
+            by_name = {c[0]: c for c in cases}
+            for vname, over in _variants(d):
+                vcfg = F0.get_config(d, **over)
+                for cname in VARIANT_CHECK_CASES:
+                    case = by_name[cname]
+                    t0 = time.time()
+                    try:
+                        with Watchdog(f"d={d} {vname} {cname}", CASE_WATCHDOG_S):
+                            rec = run_check_case(d, case, seed + 100, vcfg)
+                    except Exception as e:  # noqa: BLE001
+                        rec = dict(kind="check", name=cname, d=d, causal=case[6], ok=False,
+                                   error=f"{type(e).__name__}: {e}"[:600])
+                        if any(w in str(e) for w in ("CUDA", "illegal", "misaligned")):
+                            rec.update(variant=vname, seconds=round(time.time() - t0, 2))
+                            jf.write(json.dumps(rec) + "\n")
+                            print(f"  ERROR d={d} {vname} {cname}: {rec['error'][:300]}", flush=True)
+                            return 3
+                    rec.update(variant=vname, serial=False, seconds=round(time.time() - t0, 2))
+                    jf.write(json.dumps(rec) + "\n")
+                    jf.flush()
+                    print(f"  {'PASS' if rec.get('ok') else 'FAIL'} d={d} [{vname}] {cname}: "
+                          + (f"vs float64 rmse {rec['rel_rmse_vs_oracle']:.4f} (emulation "
+                             f"{rec['spec_rel_rmse_vs_oracle']:.4f}) | vs emulation rel "
+                             f"{rec['rel_l2_vs_spec']:.1e} lse {rec['lse_vs_spec']:.1e}"
+                             if 'rel_rmse_vs_oracle' in rec else rec.get('error', '')[:300])
+                          + ("" if rec.get("ok") else " | " + "; ".join(rec.get("failures", []))),
+                          flush=True)
+    print(f"[check d={d}] {n_ok}/{n_all} passed (default config)", flush=True)
     return 0 if n_ok == n_all else 4     # (1: this script crashed)
 
 
@@ -278,6 +375,8 @@ def stage_bench(out_dir, hdims, deadline):
 
     F = _kernel_module()
     fa3 = None if MOCK else _fa3()
+    bad_variants = {(r["d"], r["variant"]) for r in _read(os.path.join(out_dir, "check.jsonl"))
+                    if r.get("kind") == "check" and r.get("variant") and not r.get("ok")}
     seqlens = (128, 256) if MOCK else (2048, 8192)
     tokens = 256 if MOCK else 16384
     shapes = [(d, c, s) for d in hdims for s in seqlens for c in (False, True)]
@@ -324,20 +423,49 @@ def stage_bench(out_dir, hdims, deadline):
                         fusedattn.quantize_fp8(k, role="k", rotate=True),
                         fusedattn.quantize_fp8(v, role="v"))
 
-            runs = [("ours", lambda: F.forward(qq, kq, vq, causal, scale)),
+            runs = [("ours", lambda: F.forward(qq, kq, vq, causal, scale))]
+            for vname, over in ([] if MOCK else _variants(d)):
+                if (d, vname) in bad_variants:
+                    res[vname + "_error"] = "skipped: failed its check"
+                    continue
+                vcfg = F.get_config(d, **over)
+                runs.append((vname, lambda vcfg=vcfg: F.forward(qq, kq, vq, causal, scale, config=vcfg)))
+            runs += [
                     ("ours_e2e", lambda: fusedattn.attention_fp8(
                         q, k, v, causal=causal, softmax_scale=scale,
                         backend="reference" if MOCK else "hopper")),
                     ("quant", quant)]
             if fa3 is not None:
-                runs.append(("fa3_fp8", lambda: fa3(q8, k8, v8, causal=causal, softmax_scale=scale)))
+                runs.insert(0, ("fa3_fp8", lambda: fa3(q8, k8, v8, causal=causal, softmax_scale=scale)))
+            if s == seqlens[-1] and not causal:
+                # the quantiser alone, per tensor: through the API (host work included) and the
+                # bare kernel replayed from a CUDA graph (GPU time only): bytes = 2 read + 1 written
+                # per element, plus the scales
+                from fusedattn.fp8 import _device_signs, hadamard_block_size
+                from fusedattn.kernels import fp8_quant
+                sg = _device_signs(d, 0, q.device)
+                had = hadamard_block_size(d)
+                runs += [("quant_q_api", lambda: fusedattn.quantize_fp8(q, role="q", rotate=True)),
+                         ("quant_v_api", lambda: fusedattn.quantize_fp8(v, role="v")),
+                         ("quant_q_kernel", lambda: fp8_quant.quantize(q, 128, sg, had)),
+                         ("quant_v_kernel", lambda: fp8_quant.quantize(v, 128, None, had))]
             for label, fn in runs:
                 try:
                     with Watchdog(f"bench {label} d={d} causal={int(causal)} s={s}", BENCH_WATCHDOG_S):
                         ms, spread = bench(fn)
                     res[label + "_ms"] = ms
                     res[label + "_spread"] = round(spread, 4)
-                    if label != "quant":
+                    if label.startswith("quant_") and not MOCK:
+                        nbytes = q.numel() * (q.element_size() + 1)
+                        res[label + "_TBps"] = nbytes / (ms * 1e-3) / 1e12
+                        try:   # GPU time only (a capture failure costs only this number)
+                            g_ms = triton.testing.do_bench_cudagraph(fn, rep=40, return_mode="median")
+                            res[label + "_graph_ms"] = g_ms
+                            res[label + "_graph_TBps"] = nbytes / (g_ms * 1e-3) / 1e12
+                        except Exception as ge:  # noqa: BLE001
+                            res[label + "_graph_error"] = f"{type(ge).__name__}: {ge}"[:200]
+                            torch.cuda.synchronize()
+                    elif label != "quant":
                         res[label] = tflops(ms, b, h, s, d, causal)
                 except Exception as e:  # noqa: BLE001
                     res[label + "_error"] = f"{type(e).__name__}: {e}"[:300]
@@ -360,11 +488,15 @@ def stage_bench(out_dir, hdims, deadline):
             jf.write(json.dumps(res) + "\n")
             jf.flush()
             nan = float("nan")
-            print(f"  bench d={d} causal={int(causal)} s={s}: ours {res.get('ours', nan):.0f} "
+            vtxt = " ".join(f"{vn} {res.get(vn, nan):.0f}" for vn, _ in ([] if MOCK else _variants(d)))
+            qtxt = " ".join(f"{lb} {res[lb + '_TBps']:.2f} TB/s (graph {res.get(lb + '_graph_TBps', nan):.2f})"
+                            for lb in ("quant_q_api", "quant_v_api", "quant_q_kernel", "quant_v_kernel")
+                            if lb + "_TBps" in res)
+            print(f"  bench d={d} causal={int(causal)} s={s}: ours {res.get('ours', nan):.0f} [{vtxt}] "
                   f"e2e {res.get('ours_e2e', nan):.0f} fa3_fp8 {res.get('fa3_fp8', nan):.0f} TFLOP/s, "
                   f"quant {res.get('quant_ms', nan):.3f} ms; rel vs bf16 ours "
-                  f"{res.get('ours_rel_vs_bf16', nan):.3f} fa3 {res.get('fa3_rel_vs_bf16', nan):.3f}",
-                  flush=True)
+                  f"{res.get('ours_rel_vs_bf16', nan):.3f} fa3 {res.get('fa3_rel_vs_bf16', nan):.3f}"
+                  + (f"; {qtxt}" if qtxt else ""), flush=True)
             del q, k, v, qq, kq, vq, q8, k8, v8
     return 0
 
@@ -383,7 +515,8 @@ def summarize(out_dir, status):
     checks = [r for r in _read(os.path.join(out_dir, "check.jsonl")) if r.get("kind") == "check"]
     if checks:
         for d, serial in [(d, sr) for d in CHECK_ORDER for sr in (False, True)]:
-            cd = [r for r in checks if r["d"] == d and bool(r.get("serial")) == serial]
+            cd = [r for r in checks if r["d"] == d and bool(r.get("serial")) == serial
+                  and not r.get("variant")]
             if not cd:
                 continue
             tag = f"{d} serial (overlap off)" if serial else f"{d}"
@@ -403,6 +536,15 @@ def summarize(out_dir, status):
                 if not r.get("ok"):
                     rows.append(f"  FAIL d={tag} {r.get('name')}: "
                                 + (r.get("error") or "; ".join(r.get("failures", []))))
+        for vname in sorted({r["variant"] for r in checks if r.get("variant")}):
+            for d in CHECK_ORDER:
+                cv = [r for r in checks if r.get("variant") == vname and r["d"] == d]
+                if cv:
+                    ok = sum(bool(r.get("ok")) for r in cv)
+                    rows.append(f"check d={d} [{vname}]: {ok}/{len(cv)} passed"
+                                + "".join(f"; FAIL {r.get('name')}: " + (r.get("error") or
+                                          "; ".join(r.get("failures", []))) for r in cv
+                                          if not r.get("ok")))
     else:
         rows.append("check: no output")
     bench = _read(os.path.join(out_dir, "bench.jsonl"))
@@ -417,6 +559,33 @@ def summarize(out_dir, status):
                         f"{f3:.0f} | {o / f3:.2f} | {e / f3:.2f} | {r.get('quant_ms', nan):.3f} | "
                         f"{r.get('ours_ms', nan):.3f} | {r.get('ours_rel_vs_bf16', nan):.3f} / "
                         f"{r.get('fa3_rel_vs_bf16', nan):.3f} |")
+        vnames = [] if MOCK else sorted({k[:-3] for r in bench for k in r
+                                         if k.endswith("_ms") and k[:-3] not in (
+                                             "ours", "ours_e2e", "quant", "fa3_fp8")
+                                         and not k.startswith("quant_")})
+        if vnames:
+            rows.append("")
+            rows.append("candidates, TFLOP/s (x ours default, x FA3 FP8), same process:")
+            rows.append("| hdim | causal | seqlen | default | " + " | ".join(vnames) + " |")
+            rows.append("|---|---|---|---|" + "---|" * len(vnames))
+            for r in bench:
+                o, f3 = r.get("ours", nan), r.get("fa3_fp8", nan)
+                cells = []
+                for vn in vnames:
+                    x = r.get(vn, nan)
+                    cells.append(f"{x:.0f} ({x / o:.3f}, {x / f3:.2f})" if vn in r
+                                 else r.get(vn + "_error", "-"))
+                rows.append(f"| {r['d']} | {int(r['causal'])} | {r['seqlen']} | {o:.0f} | "
+                            + " | ".join(cells) + " |")
+        for r in bench:
+            q = [(lb, r[lb + "_TBps"], r.get(lb + "_graph_TBps", nan), r[lb + "_ms"])
+                 for lb in ("quant_q_api", "quant_v_api", "quant_q_kernel", "quant_v_kernel")
+                 if lb + "_TBps" in r]
+            if q:
+                rows.append(f"quantiser d={r['d']} s={r['seqlen']} ({r['batch']}x{r['seqlen']}x"
+                            f"{r['heads']}x{r['d']} bf16 -> e4m3), TB/s do_bench / CUDA graph: "
+                            + ", ".join(f"{lb} {a:.2f} / {g:.2f} ({ms * 1e3:.0f} us)"
+                                        for lb, a, g, ms in q))
     else:
         rows.append("bench: no output")
     return "\n".join(rows)
@@ -450,13 +619,16 @@ def _run_stage(out_dir, name, args, timeout):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out", nargs="?", default=os.environ.get("OUT") or os.path.join(ROOT, "out", "hopper_fp8"))
-    ap.add_argument("--stage", choices=["check", "bench"], help="(internal) run one stage here")
+    ap.add_argument("--stage", choices=["precompile", "check", "bench"],
+                    help="(internal) run one stage here")
     ap.add_argument("--hdim", type=int, action="append", help="(internal) head dims of the stage")
     ap.add_argument("--serial", action="store_true", help="(internal) check with overlap off")
     ap.add_argument("--deadline", type=float, default=0.0, help="(internal) epoch seconds")
-    ap.add_argument("--budget", type=float, default=160.0, help="seconds for everything")
+    ap.add_argument("--budget", type=float, default=175.0, help="seconds for everything")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.stage == "precompile":
+        return stage_precompile(a.out)
     if a.stage == "check":
         return stage_check(a.out, a.hdim[0], a.serial)
     if a.stage == "bench":
@@ -465,6 +637,10 @@ def main():
     t0 = time.time()
     status = {}
     bench_dims = []
+    # compile everything first, in parallel (a failure here only costs time: each stage compiles
+    # what is missing itself)
+    status["precompile"] = _run_stage(a.out, "precompile", ["--stage", "precompile"],
+                                      min(PRECOMPILE_TIMEOUT, max(10, a.budget - 120)))
     for d in CHECK_ORDER:
         left = a.budget - (time.time() - t0) - BENCH_RESERVE
         share = min(CHECK_TIMEOUT[d], left)

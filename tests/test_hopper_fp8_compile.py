@@ -31,11 +31,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PTXAS = finspect._tool("ptxas")
 SMEM_LIMIT = 227 * 1024
 
-CASES = [  # (head_dim, causal): every head dim; causal where registers are tightest (hdim 256)
-    (64, False),
-    (128, False),
-    (256, False),
-    (256, True),
+CASES = [  # (head_dim, causal, variant): the table's rows at every head dim, causal where
+    # registers are tightest (hdim 256); then the candidates of hopper_fp8_fwd.VARIANTS that the
+    # next device run times (benchmarks/fp8_log.md), each where it is tightest or most complex
+    (64, False, None),
+    (128, False, None),
+    (256, False, None),
+    (256, True, None),
+    (128, True, "pack_fma_pp"),
+    (128, False, "pack_fma_pf"),
+    (64, True, "pack_fma_pf"),
+    (256, True, "fma"),
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -45,14 +51,33 @@ import dataclasses, json, re, sys
 from fusedattn import inspect as fi
 from fusedattn.kernels import hopper_fp8_fwd as F
 out = []
-for d, causal in json.loads(sys.argv[1]):
-    cfg = F.get_config(d)
+def steady_loop_prmt(sass):
+    # PRMT count of the overlapped loop's body: the shortest backward branch whose body holds
+    # both GEMMs (QGMMA), the conversion of P (F2FP) and no epilogue (STG, EXIT); the retry
+    # branches of the mbarrier waits, placed at the end of the code, span the epilogue
+    ins = [(int(m.group(1), 16), m.group(2)) for m in
+           re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    addr = {a: i for i, (a, _) in enumerate(ins)}
+    best = None
+    for i, (a, t) in enumerate(ins):
+        m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in addr:
+            body = [x for _, x in ins[addr[int(m.group(1), 16)]:i + 1]]
+            steady = (sum("QGMMA" in x for x in body) >= 4 and any("F2FP" in x for x in body)
+                      and not any(("STG" in x or "EXIT" in x) for x in body))
+            if steady and (best is None or len(body) < len(best)):
+                best = body
+    return None if best is None else sum(bool(re.match(r"(@!?P\w+\s+)?PRMT\b", x)) for x in best)
+
+
+for d, causal, variant in json.loads(sys.argv[1]):
+    cfg = F.get_config(d, **(F.VARIANTS[variant][0] if variant else {}))
     k = F.compile_sm90(d, causal, cfg)
     ptx = k.asm["ptx"]
     regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
     maxnreg = re.search(r"\.maxnreg\s+(\d+)", ptx)
     reqntid = re.search(r"\.reqntid\s+(\d+)", ptx)
-    r = {"head_dim": d, "causal": causal, "config": dataclasses.asdict(cfg),
+    r = {"head_dim": d, "causal": causal, "variant": variant, "config": dataclasses.asdict(cfg),
          "target_sm_90a": ".target sm_90a" in ptx,
          "threads": int(reqntid.group(1)) if reqntid else None,
          "maxnreg_at_entry": int(maxnreg.group(1)) if maxnreg else None,
@@ -69,6 +94,8 @@ for d, causal in json.loads(sys.argv[1]):
     sc = fi.sass_counts(k.asm["cubin"])
     r["sass_counts"] = {kk: v for kk, v in sc.items() if kk != "sass"}
     r["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
+    r["loop_prmt"] = steady_loop_prmt(sc["sass"]) if cfg.overlap else None
+    r["named_bar_10_11"] = len(re.findall(r"bar\.(?:sync|arrive) 1[01], 256", ptx))
     out.append(r)
 print("REPORTS=" + json.dumps(out))
 """
@@ -97,7 +124,7 @@ def reports():
 
 
 @pytest.fixture(params=range(len(CASES)),
-                ids=[f"d{d}-{'causal' if c else 'full'}" for d, c in CASES])
+                ids=[f"d{d}-{'causal' if c else 'full'}" + (f"-{v}" if v else "") for d, c, v in CASES])
 def report(request, reports):
     return reports[request.param]
 
@@ -148,6 +175,34 @@ def test_shared_memory_fits(report):
     assert report["shared_bytes"] <= SMEM_LIMIT
     cfg = F.Fp8FwdConfig(**report["config"])
     assert report["shared_bytes"] >= F.shared_memory_bytes(report["head_dim"], cfg)
+
+
+def test_p_operand_bytes_not_reshuffled_with_pack_p(report):
+    """pack_p carries P across the overlapped loop's back edge as packed words: the loop keeps
+    only the one PRMT per operand register that joins two cvt halves (16 at BLOCK_N 128), where
+    the first-run code unpacks and repacks every byte (>= 100 PRMT in the loop)."""
+    if report["loop_prmt"] is None:
+        pytest.skip("no overlapped loop (hdim 256 runs block by block)")
+    if report["config"]["pack_p"]:
+        assert report["loop_prmt"] <= report["config"]["block_n"] // 8, report["loop_prmt"]
+    else:
+        assert report["loop_prmt"] >= 100, report["loop_prmt"]
+
+
+def test_pingpong_named_barriers(report):
+    # warpgroup 0: opening arrive + one sync + one arrive; warpgroup 1: one sync + one arrive
+    assert report["named_bar_10_11"] == (5 if report["config"]["pingpong"] else 0)
+
+
+def test_variants_table():
+    for name, (over, dims) in F.VARIANTS.items():
+        for d in dims:
+            cfg = F.get_config(d, **over)
+            assert cfg.overlap or not (cfg.pack_p or cfg.prefetch_scales or cfg.pingpong), name
+    # the table's rows stay the first-run configuration until the candidates are measured
+    for d in F.SUPPORTED_HEAD_DIMS:
+        cfg = F.get_config(d)
+        assert not (cfg.pack_p or cfg.softmax_fma or cfg.prefetch_scales or cfg.pingpong)
 
 
 # --- the kernel's arithmetic, emulated ------------------------------------------------------------

@@ -118,6 +118,11 @@ class Fp8FwdConfig:
     consumer_regs: int = 240
     producer_regs: int = 32   # the transpose needs > 24 (24 spills); consumer wg0 gets 232
     maxnreg: int = 168        # register cap at entry: 168 * 384 <= 64K
+    # --- candidates after the first GPU run (benchmarks/fp8_log.md), off until measured ---
+    prefetch_scales: bool = False  # overlapped loop: k/v scales loaded one block ahead (same values)
+    softmax_fma: bool = False  # FA3's softmax: max of the raw scores, exponent as one FFMA
+    pack_p: bool = False       # overlapped loop: P carried as packed 32-bit words (same values)
+    pingpong: bool = False     # overlapped loop: FA3's warpgroup turns (named barriers 10/11)
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -135,6 +140,18 @@ CONFIGS = {
     64: Fp8FwdConfig(num_stages=3, v_stages=2),
     128: Fp8FwdConfig(num_stages=2, v_stages=2),
     256: Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False),
+}
+
+
+# Candidates after the first GPU run (benchmarks/fp8_log.md), measured beside the table's rows by
+# scripts/hopper_fp8_dev.py: name -> (overrides, head dims it applies to). pack_p and
+# prefetch_scales act only on the overlapped loop (hdim 64/128); hdim 256 runs block by block.
+VARIANTS = {
+    "pack": ({"pack_p": True}, (64, 128)),
+    "fma": ({"softmax_fma": True}, (64, 128, 256)),
+    "pack_fma": ({"pack_p": True, "softmax_fma": True}, (64, 128)),
+    "pack_fma_pf": ({"pack_p": True, "softmax_fma": True, "prefetch_scales": True}, (64, 128)),
+    "pack_fma_pp": ({"pack_p": True, "softmax_fma": True, "pingpong": True}, (128,)),
 }
 
 
@@ -166,6 +183,67 @@ def _key_perm(x, ROWS: gl.constexpr, COLS: gl.constexpr, KEY_DIM: gl.constexpr):
         # (n65, n4, n3, n2, n1, n0, d) -> (d, n65, n4, n2, n1, n3, n0)
         y = x.reshape([4, 2, 2, 2, 2, 2, COLS]).permute((6, 0, 1, 3, 4, 2, 5))
         return y.reshape([COLS, 128])
+
+
+@gluon.jit
+def _pack_p(p, M_WG: gl.constexpr, p_layout: gl.constexpr):
+    """P * 256 (fp32, accumulator layout) -> int32 (M_WG, BLOCK_N // 4): word c holds the e4m3
+    codes (cvt.rn.satfinite, as .to(float8e4nv)) of operand positions 4c .. 4c + 3 (after the key
+    permutation pi), position 4c + t in byte t.
+
+    Why (switch pack_p): the overlapped loop carries P from the softmax of block j to the P V of
+    iteration j + 1. As an e4m3 tensor that is 64 single-byte values per thread crossing the loop
+    back edge: Triton splits every cvt result into bytes, and the wgmma operand is reassembled
+    from them after the back edge (SASS hdim 128: ~210 PRMT/LOP3/SHF per block and thread).
+    Carried as 16 words, the bytes stay together. Exact: the same cvt per element, and the
+    split/join/asm steps below are defined on logical elements (none depends on the register
+    layout Triton picks, see _unpack_p)."""
+    x = gl.convert_layout(_key_perm(p, M_WG, 0, 1), p_layout, assert_trivial=True)
+    n4: gl.constexpr = x.shape[1] // 4
+    x = x.reshape([M_WG, n4, 2, 2])                 # position 4c + 2a + b
+    x01, x23 = gl.split(x.permute((0, 1, 3, 2)))     # split on a
+    e0, e1 = gl.split(x01)                           # positions 4c, 4c + 1
+    e2, e3 = gl.split(x23)                           # positions 4c + 2, 4c + 3
+    # cvt.e4m3x2 d, a, b puts a in the upper byte of the 16-bit d
+    return gl.inline_asm_elementwise(
+        "{\n.reg .b16 lo, hi;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;\n"
+        "mov.b32 $0, {lo, hi};\n}",
+        "=r,r,r,r,r", [e0, e1, e2, e3], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _unpack_p(w, M_WG: gl.constexpr, fp8: gl.constexpr, p_layout: gl.constexpr):
+    """The inverse of _pack_p: int32 (M_WG, BLOCK_N // 4) -> e4m3 (M_WG, BLOCK_N) in p_layout.
+
+    Every word is broadcast to its four positions (two joins: position 4c + t, t = i + 2 j) next to
+    a tensor holding t; the asm takes four elements at a time (which four is the layout's choice)
+    and builds its 32-bit result with one prmt whose selector is made of those elements' t: byte r
+    of the result = byte t_r of the word. Whatever the grouping, each element gets its own byte.
+    The t are compile-time constants, so ptxas folds the selector; when the grouping is the
+    operand's register order the prmt is the identity and disappears (SASS: no byte moves)."""
+    zero = w * 0                                   # (folded to constants)
+    t = gl.join(zero, zero + 1)                    # i
+    t = gl.join(t, t + 2)                          # i + 2 j
+    w = gl.join(w, w)
+    w = gl.join(w, w)                              # (M_WG, n4, 2, 2): the word at each position
+    y = gl.inline_asm_elementwise(
+        "{\n.reg .b32 s, u;\n.reg .pred p;\n"
+        "shl.b32 u, $6, 4;\n"
+        "or.b32 s, $5, u;\n"
+        "shl.b32 u, $7, 8;\n"
+        "or.b32 s, s, u;\n"
+        "shl.b32 u, $8, 12;\n"
+        "or.b32 s, s, u;\n"
+        "setp.eq.u32 p, s, 0x3210;\n"
+        "@p mov.b32 $0, $1;\n"
+        "@!p prmt.b32 $0, $1, 0, s;\n}",
+        "=r,r,r,r,r,r,r,r,r", [w, t], dtype=gl.float8e4nv, is_pure=True, pack=4)
+    n: gl.constexpr = w.shape[1] * 4
+    # (c, i, j) -> position 4c + 2 j + i
+    return gl.convert_layout(y.permute((0, 1, 3, 2)).reshape([M_WG, n]), p_layout,
+                             assert_trivial=True)
 
 
 @gluon.jit
@@ -242,27 +320,72 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         mbarrier.arrive(vt_ready.index(s), count=1)
 
 
+# Pingpong (switch pingpong; FA3 turns them on for FP8 at hdim >= 128): the two consumer warpgroups
+# take turns issuing their GEMM pairs (QK^T_j + P V_{j-1}), so that one's softmax runs while the
+# other's GEMMs occupy the tensor cores. FA3's placement (mainloop_fwd_sm90_tma_gmma_ws.hpp): sync
+# before QK^T_j, arrive for the other warpgroup right after P V_{j-1} is issued; the first QK^T and
+# the last P V of a tile are outside any turn; warpgroup 0 opens its own first turn. Named hardware
+# barriers 10 / 11 (Triton uses the low ids for its partitions), 256 threads each, as inline PTX
+# (Gluon 3.6 has no named-barrier op): the same scheme as hopper_fwd.py's pingpong_mode 2, which
+# passed its GPU checks in device run 5.
+@gluon.jit
+def _named_bar(BAR: gl.constexpr, ARRIVE: gl.constexpr):
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    x = gl.full([128], 0, gl.int32, layout=lay)  # one element per thread: the asm runs once
+    if ARRIVE:
+        if BAR == 10:
+            gl.inline_asm_elementwise("bar.arrive 10, 256;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+        else:
+            gl.inline_asm_elementwise("bar.arrive 11, 256;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+    else:
+        if BAR == 10:
+            gl.inline_asm_elementwise("bar.sync 10, 256;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+        else:
+            gl.inline_asm_elementwise("bar.sync 11, 256;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+
+
 @gluon.jit
 def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
                     MASK: gl.constexpr, CAUSAL: gl.constexpr,
-                    BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
-    """One block of the running softmax, log2 domain. Returns p = P * 256 (fp32), alpha, m, l."""
-    # scores in log2 units: acc * q_scale[row] * k_scale[j] * softmax_scale * log2(e)
-    qk = s_acc * gl.expand_dims(row_f * k_sc, 1)
+                    BLOCK_N: gl.constexpr, s_layout: gl.constexpr, FMA: gl.constexpr = False):
+    """One block of the running softmax, log2 domain. Returns p = P * 256 (fp32), alpha, m, l.
+
+    FMA (FA3's form, switch softmax_fma): the row max is taken over the raw accumulator and then
+    scaled (f = q_scale[row] * k_scale[j] * softmax_scale * log2(e) > 0, and rounding is monotonic,
+    so fl(max(s) * f) == max(fl(s * f)): m is bit-identical), and the exponent
+    s * f - (m - 8) is one FFMA per score instead of an FMUL and an FADD (P differs by the
+    rounding of that one product, below e4m3's resolution). Needs f > 0: forward() falls back
+    to the plain form when softmax_scale <= 0 (quantize_fp8's scales are > 0)."""
+    f = row_f * k_sc
+    if FMA:
+        qk = s_acc
+    else:
+        # scores in log2 units: acc * q_scale[row] * k_scale[j] * softmax_scale * log2(e)
+        qk = s_acc * gl.expand_dims(f, 1)
     if MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         valid = gl.expand_dims(cols < seqlen_k, 0)
         if CAUSAL:
             valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+    if FMA:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * f)
+    else:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1))
     if MASK:
         # a row with no visible key so far keeps m = -inf; use 0 so that exp2 gives 0, not NaN
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_use = m_new
     # P * 2**8 = exp2(qk - (m - 8)) in [0, 256] (FA3's FP8 trick: the scale is in the exponent)
-    p = gl.exp2(qk - gl.expand_dims(m_use - 8.0, 1))
+    if FMA:
+        p = gl.exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)))
+    else:
+        p = gl.exp2(qk - gl.expand_dims(m_use - 8.0, 1))
     alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
@@ -307,7 +430,9 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
                   acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                   MASK: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, M_WG: gl.constexpr,
-                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                  PREFETCH: gl.constexpr = False, FMA: gl.constexpr = False,
+              PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False):
     """Key block j without overlap: QK^T_j, softmax, O = O * alpha * v_unit / v_j + P_j V_j."""
     s = j % NUM_STAGES
     ph = (j // NUM_STAGES) & 1
@@ -319,7 +444,7 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     s_acc = warpgroup_mma_wait(0, deps=[s_tok])
     mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
     p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k,
-                                         causal_off, MASK, CAUSAL, BLOCK_N, s_layout)
+                                         causal_off, MASK, CAUSAL, BLOCK_N, s_layout, FMA)
     # O in units of v_scale[j] before P_j V_j is added (alpha = 0 at the first block)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o) * (v_unit / v_j), 1)
@@ -338,7 +463,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
               WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-              OVERLAP: gl.constexpr):
+              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr = False, FMA: gl.constexpr = False,
+              PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False):
     M_WG: gl.constexpr = BLOCK_M // 2
     fp8: gl.constexpr = q_smem.dtype
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
@@ -370,7 +496,13 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     if OVERLAP:
         # FA3 alg. 2: iteration j issues QK^T_j, rescales O while it runs, issues P_{j-1} V_{j-1},
         # then does the softmax of block j while P V is in flight.
-        p_prev = gl.zeros([M_WG, BLOCK_N], fp8, layout=p_layout)
+        if PINGPONG:
+            if WG == 0:
+                _named_bar(10, True)                   # warpgroup 0 opens its own first turn
+        if PACK_P:
+            p_prev = _pack_p(s_zero, M_WG, p_layout)
+        else:
+            p_prev = gl.zeros([M_WG, BLOCK_N], fp8, layout=p_layout)
         alpha_o = gl.full([M_WG], 1.0, gl.float32, layout=row_o)
         if n_blocks > 0:
             k_sc = gl.load(ks_ptr + kv_sc)
@@ -382,17 +514,34 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             mbarrier.arrive(k_empty.index(0), count=1)  # K_0 read
             if n_unmasked > 0:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, 0, seqlen_k,
-                                                     causal_off, False, CAUSAL, BLOCK_N, s_layout)
+                                                     causal_off, False, CAUSAL, BLOCK_N, s_layout, FMA)
             else:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, 0, seqlen_k,
-                                                     causal_off, True, CAUSAL, BLOCK_N, s_layout)
-            p_prev = gl.convert_layout(_key_perm(p.to(fp8), M_WG, 0, 1), p_layout, assert_trivial=True)
+                                                     causal_off, True, CAUSAL, BLOCK_N, s_layout, FMA)
+            if PACK_P:
+                p_prev = _pack_p(p, M_WG, p_layout)
+            else:
+                p_prev = gl.convert_layout(_key_perm(p.to(fp8), M_WG, 0, 1), p_layout,
+                                           assert_trivial=True)
+        # PREFETCH: the scales of iteration j are loaded in iteration j - 1 (the index clamped to
+        # the last block: in bounds, and the value past the end is never used), so their global
+        # load latency is off the path between the QK^T issue and the P V issue
+        k_nx = gl.load(ks_ptr + kv_sc + gl.minimum(1, kv_nblk - 1))
+        v_nx = gl.load(vs_ptr + kv_sc)
         for j in range(1, n_blocks):
             s = j % NUM_STAGES
             sp = (j - 1) % NUM_STAGES
-            k_sc = gl.load(ks_ptr + kv_sc + j)
-            v_prev = gl.load(vs_ptr + kv_sc + (j - 1))
+            if PREFETCH:
+                k_sc = k_nx
+                v_prev = v_nx
+                k_nx = gl.load(ks_ptr + kv_sc + gl.minimum(j + 1, kv_nblk - 1))
+                v_nx = gl.load(vs_ptr + kv_sc + j)
+            else:
+                k_sc = gl.load(ks_ptr + kv_sc + j)
+                v_prev = gl.load(vs_ptr + kv_sc + (j - 1))
             mbarrier.wait(k_ready.index(s), (j // NUM_STAGES) & 1)
+            if PINGPONG:
+                _named_bar(10 + WG, False)             # this warpgroup's turn
             k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             # O in units of v_scale[j-1] before P_{j-1} V_{j-1} is added
@@ -400,17 +549,26 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             v_unit = v_prev
             mbarrier.wait(vt_ready.index(sp), ((j - 1) // NUM_STAGES) & 1)
             v = vt_smem.index(sp).permute((1, 0))          # (BLOCK_N, HEAD_DIM), K-major
-            o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+            if PACK_P:
+                o_tok = warpgroup_mma(_unpack_p(p_prev, M_WG, fp8, p_layout), v, acc, is_async=True)
+            else:
+                o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+            if PINGPONG:
+                _named_bar(11 - WG, True)              # the other warpgroup's turn
             s_acc = warpgroup_mma_wait(1, deps=[s_tok])
             mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
             if j < n_unmasked:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k,
-                                                     causal_off, False, CAUSAL, BLOCK_N, s_layout)
+                                                     causal_off, False, CAUSAL, BLOCK_N, s_layout, FMA)
             else:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k,
-                                                     causal_off, True, CAUSAL, BLOCK_N, s_layout)
+                                                     causal_off, True, CAUSAL, BLOCK_N, s_layout, FMA)
             alpha_o = gl.convert_layout(alpha, row_o)
-            p_prev = gl.convert_layout(_key_perm(p.to(fp8), M_WG, 0, 1), p_layout, assert_trivial=True)
+            if PACK_P:
+                p_prev = _pack_p(p, M_WG, p_layout)
+            else:
+                p_prev = gl.convert_layout(_key_perm(p.to(fp8), M_WG, 0, 1), p_layout,
+                                           assert_trivial=True)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(vt_empty.index(sp), count=1)   # V^T_{j-1} read
         if n_blocks > 0:
@@ -421,7 +579,10 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             v_unit = v_last
             mbarrier.wait(vt_ready.index(sl), (jl // NUM_STAGES) & 1)
             v = vt_smem.index(sl).permute((1, 0))
-            o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+            if PACK_P:
+                o_tok = warpgroup_mma(_unpack_p(p_prev, M_WG, fp8, p_layout), v, acc, is_async=True)
+            else:
+                o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(vt_empty.index(sl), count=1)
 
@@ -432,12 +593,14 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             acc, m_i, l_i, v_unit = _block_serial(
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
-                False, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout)
+                False, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
+                PREFETCH, FMA)
         for j in range(n_unmasked, n_blocks):
             acc, m_i, l_i, v_unit = _block_serial(
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
-                True, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout)
+                True, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
+                PREFETCH, FMA)
 
     # epilogue: out = O * v_scale[last] / l; rows that saw no key give 0 and lse = -inf
     l_o = gl.convert_layout(l_i, row_o)
@@ -462,11 +625,14 @@ def _consumer_wg0(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                   kv_nblk,
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+                  PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
+                  PINGPONG: gl.constexpr):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
-              0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP)
+              0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P,
+              PINGPONG)
 
 
 @gluon.jit
@@ -475,21 +641,35 @@ def _consumer_wg1(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                   kv_nblk,
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+                  HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+                  PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
+                  PINGPONG: gl.constexpr):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
-              1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP)
+              1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P,
+              PINGPONG)
 
 
-@gluon.jit
+# The integer arguments are not specialised (value 1 / multiple of 16): they only feed index
+# arithmetic and loop bounds, and each distinct pattern of them was a separate 3-6 s compile
+# (every case of the GPU test grid compiled its own kernel; 14 of 14 at hdim 128). Unspecialised,
+# a launch compiles once per (head_dim, causal, config, output dtype): the code that
+# compile_sm90() (the CPU tests' report) builds, which never specialised them either.
+_INT_ARGS = ("seqlen_q", "seqlen_k", "heads", "kv_heads", "num_m_tiles", "q_block", "q_nblk",
+             "kv_nblk")
+
+
+@gluon.jit(do_not_specialize=_INT_ARGS)
 def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                         seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, qk_scale,
                         q_block, q_nblk, kv_nblk,
                         CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                         HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                         V_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                        PREFETCH: gl.constexpr = False, SOFTMAX_FMA: gl.constexpr = False,
+                        PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
 
@@ -522,12 +702,14 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                          out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk,
-                         CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP)),
+                         CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
+                         SOFTMAX_FMA, PACK_P, PINGPONG)),
         (_consumer_wg1, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                          out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk,
-                         CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP)),
+                         CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
+                         SOFTMAX_FMA, PACK_P, PINGPONG)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                      q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                      b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES)),
@@ -599,7 +781,8 @@ def supports(qq, kq, vq, causal: bool = False) -> str | None:
 
 def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             config: Fp8FwdConfig | None = None, out_dtype: torch.dtype = torch.bfloat16,
-            _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None):
+            _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
+            _warmup: bool = False):
     """FP8 attention forward: (out, lse) as fusedattn.fp8_reference.fp8_attention_forward.
 
     qq, kq, vq: QuantizedTensors (roles "q", "k", "v"; q and k both rotated with one seed or both
@@ -607,7 +790,9 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     naming the argument. qq may have any block_size. out: (batch, seqlen_q, heads, head_dim) in
     out_dtype (bf16 default); lse: float32 (batch, heads, seqlen_q), natural log, -inf for rows
     that see no key. softmax_scale defaults to 1/sqrt(head_dim). _out/_lse: preallocated
-    contiguous outputs (tests poison them before the launch).
+    contiguous outputs (tests poison them before the launch). _warmup: compile (into triton's
+    on-disk cache) with exactly this call's specialisation, launch nothing, return the compiled
+    kernel (scripts/hopper_fp8_dev.py precompiles its kernels in parallel processes).
     """
     from ..fp8_reference import _check
     _check(qq, kq, vq)   # types, roles, rotation/seed consistency, shapes, devices
@@ -645,13 +830,16 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     v_desc = _descriptor(v, cfg.block_n, 64)
     num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
     grid = (batch * heads * num_m_tiles,)
-    attn_fp8_fwd_kernel[grid](
-        q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
-        seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
-        qq.block_size, qs.shape[-1], ks.shape[-1],
-        **_constexprs(head_dim, causal, cfg),
-        num_warps=cfg.num_warps, maxnreg=cfg.maxnreg,
-    )
+    cx = _constexprs(head_dim, causal, cfg)
+    if cx["SOFTMAX_FMA"] and not scale > 0:   # the raw-score max needs a positive scale
+        cx["SOFTMAX_FMA"] = False
+    args = (q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
+            seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
+            qq.block_size, qs.shape[-1], ks.shape[-1])
+    if _warmup:
+        return attn_fp8_fwd_kernel.warmup(*args, grid=grid, **cx, num_warps=cfg.num_warps,
+                                          maxnreg=cfg.maxnreg)
+    attn_fp8_fwd_kernel[grid](*args, **cx, num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
     return out, lse
 
 
@@ -676,7 +864,9 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
 def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     return dict(CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
-                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)
+                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
+                PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma, PACK_P=cfg.pack_p,
+                PINGPONG=cfg.pingpong)
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
