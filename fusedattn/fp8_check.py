@@ -187,3 +187,48 @@ def first_launch(head_dims=(128, 256, 64), timeout: float = 120.0) -> dict:
                       f"not launched: {note or 'an earlier head_dim failed'}")
     _first_launch_cache[key] = res
     return res
+
+
+def first_launch_parallel(head_dims=(128, 256, 64), run=None) -> dict:
+    """first_launch for each head_dim in its own subprocess, side by side (each compiles two
+    kernels; the compiles, not the launches, take the time). A hang costs only its head_dim."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = run or first_launch
+    with ThreadPoolExecutor(len(head_dims)) as ex:
+        parts = list(ex.map(lambda d: run(head_dims=(d,)), head_dims))
+    return {d: part[d] for d, part in zip(head_dims, parts)}
+
+
+def first_launch_shared(root, run_id: str | None, run=None, wait_s: float = 240.0) -> dict:
+    """first_launch_parallel once per test run, shared by pytest-xdist workers.
+
+    run_id: the run's id common to its workers (PYTEST_XDIST_TESTRUNUID), None without xdist (then
+    it simply runs). The first worker to take the lock file in ``root`` (a folder all workers
+    see) runs it and publishes {head_dim: why} as JSON; the others wait for that file, and run it
+    themselves if it does not come within ``wait_s`` (the first worker died)."""
+    import json
+    import os
+    import time
+    from pathlib import Path
+
+    go = (lambda: first_launch_parallel(run=run)) if run else first_launch_parallel
+    if not run_id:
+        return go()
+    root = Path(root)
+    done = root / f"fp8-first-launch-{run_id}.json"
+    try:
+        os.close(os.open(root / f"fp8-first-launch-{run_id}.lock",
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        deadline = time.time() + wait_s
+        while time.time() < deadline:
+            if done.exists():
+                return {int(d): why for d, why in json.loads(done.read_text()).items()}
+            time.sleep(0.25)
+        return go()
+    res = go()
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps({str(d): why for d, why in res.items()}))
+    os.replace(tmp, done)
+    return res

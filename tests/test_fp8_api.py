@@ -274,3 +274,33 @@ def test_first_launch_guard_reports_a_hang_without_hanging(monkeypatch):
     assert res[128] is None
     assert "first launch of head_dim 256" in res[256] and "no result within 5 s" in res[256]
     assert res[64].startswith("not launched")
+
+
+def test_first_launch_shared_runs_once_per_xdist_run(tmp_path):
+    """The GPU tests' first-launch guard: one run per test run, whichever worker comes first;
+    the others read its result (and run it themselves if it never comes)."""
+    import threading
+
+    from fusedattn.fp8_check import first_launch_shared
+    calls = []
+
+    def fake_run(head_dims):
+        calls.append(head_dims)
+        return {d: (None if d != 64 else "first launch failed: x") for d in head_dims}
+
+    results = [None] * 4
+
+    def worker(i):
+        results[i] = first_launch_shared(tmp_path, "uid1", run=fake_run)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(calls) == [(64,), (128,), (256,)]       # one first launch per head_dim
+    assert all(r == {128: None, 256: None, 64: "first launch failed: x"} for r in results)
+    # no xdist: it just runs; a lock without a result (its owner died): runs after the wait
+    assert first_launch_shared(tmp_path, None, run=fake_run)[256] is None
+    (tmp_path / "fp8-first-launch-uid2.lock").touch()
+    assert first_launch_shared(tmp_path, "uid2", run=fake_run, wait_s=0.3)[64].startswith("first")

@@ -37,12 +37,17 @@ def _inputs(b, sq, sk, h, hk, d, seed, dtype=torch.bfloat16):
 
 
 @pytest.fixture(scope="module")
-def first_launch():
+def first_launch(tmp_path_factory):
     """The kernel's first launch per head_dim in a subprocess with a timeout
     (fusedattn.fp8_check.first_launch): a kernel that hangs fails test_first_launch once instead
-    of hanging the whole test run; the tests of that head_dim are then skipped, saying why."""
-    from fusedattn.fp8_check import first_launch as run
-    return run()
+    of hanging the whole test run; the tests of that head_dim are then skipped, saying why.
+    Once per run, the head dims side by side, shared by the pytest-xdist workers
+    (fusedattn.fp8_check.first_launch_shared)."""
+    import os
+
+    from fusedattn.fp8_check import first_launch_shared
+    return first_launch_shared(tmp_path_factory.getbasetemp().parent,
+                               os.environ.get("PYTEST_XDIST_TESTRUNUID"))
 
 
 def _require(first_launch, d):
