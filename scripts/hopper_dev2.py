@@ -1,10 +1,17 @@
-"""One device call for the hopper (Gluon, sm_90a) forward, v4 (benchmarks/hopper_log.md, v4):
+"""One device call for the hopper (Gluon, sm_90a) forward, v5 (benchmarks/hopper_log.md, v5):
 
-    python3 scripts/hopper_dev2.py OUT_DIR [--budget 270] [--jobs ablation,d128,d256,d64]
+    python3 scripts/hopper_dev2.py OUT_DIR [--budget 255] [--jobs c128,c256,c64,pad]
+
+v5 (default jobs c128, c256, c64, pad): causal candidates at hdim 128/256/64, seqlen 1k/2k/4k/8k,
+beside the shipped table ("default"), FA3 and cuDNN; then the padded head dims (PAD_HEAD_DIMS).
+Before the jobs, a smoke stage launches every variant that has never run on a GPU on three small
+cases in one process with a watchdog (a case that makes no progress for SMOKE_STALL_S seconds is
+killed, recorded as hung, and the stage restarts without it); the jobs skip every variant that
+failed or hung there. v4 jobs (ablation, d128, d256, d64) are still available via --jobs.
 
 Jobs run one after the other, each in its own subprocess with a timeout (a deadlocked variant
 costs its job, not the run; every record is written as soon as it exists, so a job killed half-way
-keeps what it measured). The whole run stays inside --budget seconds (default 270): a job that no
+keeps what it measured). The whole run stays inside --budget seconds (default 255): a job that no
 longer fits is skipped and reported.
 
 Every variant is checked before it is timed, in the timing process: outputs poisoned with NaN,
@@ -16,7 +23,20 @@ lower median kept; FA3 (fa3-fwd wheel) and SDPA cuDNN timed in the same process,
 Shapes: batch x seqlen = 16384, heads x head_dim = 2048, bf16 (the anchors); FLOPs
 4*B*H*S^2*D, halved when causal.
 
-Jobs:
+Jobs (v5):
+  c128      hdim 128 causal: pdyn_tma_fma (persistent, FA3's dynamic longest-first scheduler
+            over L2 sections, TMA store, FFMA softmax), pdyn_fma (no TMA store),
+            pdyn_lpt_tma_fma (one section: longest-first over all heads, tells L2 from balance).
+  c256      hdim 256 causal: wgb_fma (per-warpgroup causal bounds), pdyn_fma, pdyn_wgb_fma
+            (TMA store + dynamic spills 4 B at 256 causal: not run).
+  c64       hdim 64 causal: run 5's winners persistent_fma (2k) and d64_3wg_n128 (8k) at every
+            seqlen, pdyn_fma, and the 3-warpgroup 192x128 tile with wg_bounds / dynamic
+            persistent (+ TMA store) / both.
+  pad       padded head dims 32/80/96/192, causal and not: the shipped rows (and the causal
+            candidates the table may adopt) checked against float64 with NaN-poisoned outputs
+            (tail/GQA 2x1000 h4/2, 2x2048 h8/2 with slices, causal sq 300 > sk 100); d=96 timed
+            at 4k beside FA3 and cuDNN.
+Jobs (v4):
   ablation  FA3 paper tab. 2 shape (batch 4, seqlen 8448, 16 heads, hdim 128, non-causal; causal
             as a second row): full design with pingpong (WS + overlap + pingpong, FA3's turn
             placement with named barriers, and our verified mbarrier turns), WS + overlap without
@@ -51,7 +71,10 @@ DEVICE = "cuda"  # the CPU dry run of the worker (tests) sets "cpu"
 sys.path.insert(0, ROOT)
 
 # variants (hopper_fwd.VARIANTS names) that have run correctly on an H200 before (hopper_log.md)
-VERIFIED = {"v3", "full", "no_overlap", "plain"}  # checked on the GPU before (runs 1-4)
+VERIFIED = {"v3", "full", "no_overlap", "plain",  # checked on the GPU before (runs 1-4)
+            # run 5 (hopper_log.md v4 results): checks passed at the head dims they ran
+            "fma", "persistent_fma", "persistent_tma_fma", "d64_3wg", "d64_3wg_n128",
+            "d64_3wg_persistent"}
 EXTRA_VARIANTS = {"plain": {"overlap": False}}  # WS alone: no overlap, no pingpong (runs 1-2)
 
 ABLATION_SHAPE = (4, 8448, 16, 128)
@@ -73,8 +96,64 @@ JOBS = {
                  "d64_3wg_persistent"],
             [(64, False, 8192), (64, True, 2048), (64, True, 8192), (64, False, 2048)], []),
 }
+CAUSAL_SEQLENS = (1024, 2048, 4096, 8192)
+JOBS.update({
+    "c128": (75, ["default", "pdyn_tma_fma", "pdyn_fma", "pdyn_lpt_tma_fma"],
+             [(128, True, s) for s in CAUSAL_SEQLENS], []),
+    "c256": (70, ["default", "wgb_fma", "pdyn_fma", "pdyn_wgb_fma"],
+             [(256, True, s) for s in CAUSAL_SEQLENS], []),
+    "c64": (90, ["default", "persistent_fma", "d64_3wg_n128", "d64_3wg_n128_wgb", "pdyn_fma",
+                 "d64_3wg_n128_pdyn", "d64_3wg_n128_pdyn_wgb"],
+            [(64, True, s) for s in CAUSAL_SEQLENS], []),
+    "pad": (60, ["default"], [(96, False, 4096), (96, True, 4096)], []),
+})
+DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
+# pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each
+# native head dim's causal row may adopt
+PAD_DIMS = (32, 80, 96, 192)
+PAD_SHAPES = [(2, 1000, 4, 2), (2, 2048, 8, 2)]  # (batch, seqlen, heads, kv_heads)
+PAD_CANDIDATES = {64: "d64_3wg_n128_pdyn", 128: "pdyn_tma_fma", 256: "pdyn_fma"}
 PRECOMPILE_TIMEOUT = 50  # s; kernels not compiled by then are compiled by the jobs themselves
 PRECOMPILE_PROCS = 12  # the device machine has 16 cores
+SMOKE_STALL_S = 25  # s without a new smoke record: the running case is declared hung
+
+
+def smoke_list(jobs):
+    """(variant, d, causal) of every never-run variant the jobs launch (pad: its candidates at
+    the padded dims), in job order."""
+    out = []
+    for j in jobs:
+        _, variants, cells, _ = JOBS[j]
+        for d, causal, _ in cells:
+            for n in variants:
+                if n != "default" and n not in VERIFIED and [n, d, causal] not in out:
+                    out.append([n, d, causal])
+        if j == "pad":
+            for d in PAD_DIMS:
+                n = PAD_CANDIDATES[_native(d)]
+                if [n, d, True] not in out:
+                    out.append([n, d, True])
+    return out
+
+
+def _native(d):
+    return 64 if d <= 64 else 128 if d <= 128 else 256
+
+
+def smoke_shapes(H, cfg, d, causal):
+    """(label, batch, seqlen_q, seqlen_k, heads, kv_heads, config) of the smoke cases: the
+    tail/GQA case; for the dynamic scheduler 3x3000 h4/2 (288 tiles > 132 SMs: the atomic
+    counter hands out tiles) with L2 sections of 8 heads (two sections, the second short:
+    l2_section_mb chosen so that 4 kv heads fit); causal sq 300 > sk 100 (rows with no key)."""
+    shapes = [("2x1000 h4/2", 2, 1000, 1000, 4, 2, cfg)]
+    if cfg.persistent and cfg.scheduler:
+        kv_mb = 3000 * 2 * d * 2 / 2 ** 20
+        mb = max(1, int(4 * kv_mb) + 1)
+        shapes.append((f"3x3000 h4/2 l2={mb}MB", 3, 3000, 3000, 4, 2,
+                       H.FwdConfig(**{**cfg.__dict__, "l2_section_mb": mb})))
+    if causal:
+        shapes.append(("1x300/100 h2/1", 1, 300, 100, 2, 1, cfg))
+    return shapes
 
 
 def _cell_shape(job, d, s):
@@ -87,27 +166,38 @@ def _cell_shape(job, d, s):
 def compile_specs(jobs):
     """Every (variant, d, causal, batch, seqlen, heads, kv_heads) the jobs will launch, so that
     parallel processes can compile them (forward(_warmup=True)) into triton's cache first."""
-    specs = []
+    from fusedattn.kernels import hopper_fwd as H
+    specs = []  # (variant, d, causal, batch, seqlen_q, heads, kv_heads, seqlen_k, l2_section_mb)
     for j in jobs:
         _, variants, cells, diags = JOBS[j]
         for d, causal, s in cells + [c for c in diags if c not in cells]:
             b, h = _cell_shape(j, d, s)
             for n in (variants if (d, causal, s) in cells else ["default"]):
-                specs.append((n, d, causal, b, s, h, h))
-                if n not in VERIFIED:
-                    specs.append((n, d, causal, 2, 1000, 4, 2))
-    # one per triton specialisation (an int argument is specialised as ==1, %16 == 0 or neither)
-    from fusedattn.kernels import hopper_fwd as H
+                specs.append((n, d, causal, b, s, h, h, s, None))
+        if j == "pad":
+            for d in PAD_DIMS:
+                for causal in (False, True):
+                    for b, s, h, hk in PAD_SHAPES:
+                        specs.append(("default", d, causal, b, s, h, hk, s, None))
+    for n, d, causal in smoke_list(jobs):
+        for _, b, sq, sk, h, hk, cfg in smoke_shapes(H, _cfg(H, n, d, causal), d, causal):
+            specs.append((n, d, causal, b, sq, h, hk, sk, cfg.l2_section_mb))
 
+    # one per triton specialisation (an int argument is specialised as ==1, %16 == 0 or neither)
     def cls(x):
         return 1 if x == 1 else 16 if x % 16 == 0 else 0
     seen, out = set(), []
-    for n, d, causal, b, s, h, hk in specs:
-        bm = _cfg(H, n, d, causal).block_m
-        key = (n, d, causal, cls(s), cls(h), cls(h // hk), cls(-(-s // bm)))
+    for n, d, causal, b, s, h, hk, sk, mb in specs:
+        cfg = _cfg(H, n, d, causal)
+        l2 = 0
+        if cfg.persistent and cfg.scheduler:
+            l2 = H.l2_section_heads(b * h, sk, d, h // hk, 2,
+                                    cfg.l2_section_mb if mb is None else mb)
+        key = (n, d, causal, cls(s), cls(sk), cls(h), cls(h // hk), cls(-(-s // cfg.block_m)),
+               cls(l2) if l2 else None)
         if key not in seen:
             seen.add(key)
-            out.append((n, d, causal, b, s, h, hk))
+            out.append((n, d, causal, b, s, h, hk, sk, mb))
     return out
 
 
@@ -168,15 +258,25 @@ def precompile(specs):
         dev = "cpu"
         install_mock_sm90_driver()
     from fusedattn.kernels import hopper_fwd as H
-    for n, d, causal, b, s, h, hk in specs:
+    for spec in specs:
+        n, d, causal, b, s, h, hk = spec[:7]
+        sk = spec[7] if len(spec) > 7 else s
+        mb = spec[8] if len(spec) > 8 else None
         t = time.time()
         try:
+            cfg = _cfg(H, n, d, causal)
+            if mb is not None:
+                cfg = H.FwdConfig(**{**cfg.__dict__, "l2_section_mb": mb})
             q = torch.empty(b, s, h, d, device=dev, dtype=torch.bfloat16)
-            k = torch.empty(b, s, hk, d, device=dev, dtype=torch.bfloat16)
-            kern = H.forward(q, k, k, causal, d ** -0.5, config=_cfg(H, n, d, causal), _warmup=True)
-            print(f"compiled {n} d={d} causal={causal} {b}x{s} h{h}/{hk} in {time.time() - t:.1f}s"
-                  f" regs={getattr(kern, 'n_regs', '?')} spills={getattr(kern, 'n_spills', '?')}",
-                  flush=True)
+            k = torch.empty(b, sk, hk, d, device=dev, dtype=torch.bfloat16)
+            kern = H.forward(q, k, k, causal, d ** -0.5, config=cfg, _warmup=True)
+            regs, spills = getattr(kern, "n_regs", "?"), getattr(kern, "n_spills", "?")
+            if dev == "cpu":  # no driver to load the cubin: ask ptxas (-v) for the figures
+                from fusedattn import inspect as fi
+                r = fi.ptxas_report(kern.asm["ptx"])
+                regs, spills = r.get("registers_at_entry", "?"), r.get("spill_stores", "?")
+            print(f"compiled {n} d={d} causal={causal} {b}x{s}/{sk} h{h}/{hk} in "
+                  f"{time.time() - t:.1f}s regs={regs} spills={spills}", flush=True)
         except Exception as e:  # noqa: BLE001
             print(f"compile FAILED {n} d={d} causal={causal}: {e!r}"[:400], flush=True)
     return 0
@@ -239,6 +339,20 @@ def run_checked(H, cfg, q, k, v, causal, scale, slices=None):
     unwritten = int(torch.isnan(out).sum().item()) + int(torch.isnan(lse).sum().item())
     rec = dict(unwritten=unwritten)
     ok = unwritten == 0
+    if getattr(cfg, "scheduler", 0):
+        # dynamic scheduler: the tile counter is back at 0, and a second launch (poisoned again)
+        # gives the same bits (every tile computed once, whichever SM took it)
+        counters = [int(t[0].item()) for t in H._TILE_COUNTERS.values()]
+        out2 = torch.full_like(out, float("nan"))
+        lse2 = torch.full_like(lse, float("nan"))
+        H.forward(q, k, v, causal, scale, config=cfg, _out=out2, _lse=lse2)
+        torch.cuda.synchronize()
+        same = bool(torch.equal(out, out2)) and bool(torch.equal(lse.nan_to_num(),
+                                                                  lse2.nan_to_num()))
+        counters += [int(t[0].item()) for t in H._TILE_COUNTERS.values()]
+        rec.update(counter_max=max(counters, default=0), repeat_equal=same)
+        ok = ok and same and max(counters, default=0) == 0
+        del out2, lse2
     worst = (0.0, 0.0, True)
     pairs = slices or [None]
     for sl in pairs:
@@ -268,6 +382,7 @@ class Worker:
     def __init__(self, job, out_dir):
         import torch
         self.job = job
+        self.out_dir = out_dir
         self.jf = open(os.path.join(out_dir, f"{job}.jsonl"), "a")
         props = torch.cuda.get_device_properties(0)
         import triton
@@ -281,6 +396,10 @@ class Worker:
         except Exception as e:  # noqa: BLE001
             self.emit(kind="note", text=f"FA3 unavailable: {e!r}"[:300])
         self.checked = {}  # (variant, d, causal) -> ok
+        # the smoke stage's verdicts (tail/GQA case and more, run before the jobs)
+        for r in _records(out_dir, "smoke"):
+            if r.get("kind") == "smoke":
+                self.checked[(r["variant"], r["d"], r["causal"])] = bool(r["ok"])
 
     def emit(self, **rec):
         self.jf.write(json.dumps(dict(job=self.job, t=round(time.time(), 2), **rec)) + "\n")
@@ -329,6 +448,10 @@ class Worker:
                     return False
             self.checked.setdefault(key, True)
             if not self.checked[key]:
+                if (name, d, causal) not in getattr(self, "_skipped", set()):
+                    self._skipped = getattr(self, "_skipped", set()) | {(name, d, causal)}
+                    self.emit(kind="skip", variant=name, d=d, causal=causal,
+                              reason="failed or hung in the smoke stage / an earlier check")
                 return False
             b, s, h, _ = q.shape
             rec = run_checked(H, cfg, q, k, v, causal, scale, slices=[(0, 0), (b - 1, h - 1)])
@@ -339,6 +462,61 @@ class Worker:
             self.emit(kind="check", variant=name, d=d, causal=causal, ok=False, error=repr(e)[:400])
             self.checked[key] = False
             return False
+
+    def run_case(self, name, d, causal, label, b, sq, sk, h, hk, cfg, **extra):
+        """One NaN-poisoned launch of cfg on fresh inputs, checked against float64 (whole
+        tensors); emits a check record and returns ok."""
+        import torch
+        from fusedattn.kernels import hopper_fwd as H
+        try:
+            g = torch.Generator(device=DEVICE).manual_seed(1234)
+            q = torch.randn(b, sq, h, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+            k = torch.randn(b, sk, hk, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+            v = torch.randn(b, sk, hk, d, device=DEVICE, dtype=torch.bfloat16, generator=g)
+            rec = run_checked(H, cfg, q, k, v, causal, d ** -0.5)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            rec = dict(ok=False, error=repr(e)[:400])
+        self.emit(kind="check", variant=name, d=d, causal=causal, shape=label, **extra, **rec)
+        return rec["ok"]
+
+    def smoke(self, items):
+        """Every never-run (variant, d, causal): the smoke shapes, in order, stop at the first
+        failure; a "smoke_start" record before each so that the driver can name a hang."""
+        from fusedattn.kernels import hopper_fwd as H
+        for n, d, causal in items:
+            self.emit(kind="smoke_start", variant=n, d=d, causal=causal)
+            ok = True
+            try:
+                cfg = _cfg(H, n, d, causal)
+                for label, b, sq, sk, h, hk, c in smoke_shapes(H, cfg, d, causal):
+                    ok = self.run_case(n, d, causal, label, b, sq, sk, h, hk, c)
+                    if not ok:
+                        break
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                ok = False
+                self.emit(kind="note", text=f"smoke {n} d={d}: {e!r}"[:300])
+            self.emit(kind="smoke", variant=n, d=d, causal=causal, ok=ok)
+
+    def pad_checks(self):
+        """Padded head dims (PAD_HEAD_DIMS): the shipped rows, and for causal the candidate the
+        native head dim's row may adopt, on PAD_SHAPES (+ causal sq 300 > sk 100)."""
+        from fusedattn.kernels import hopper_fwd as H
+        for d in PAD_DIMS:
+            for causal in (False, True):
+                names = ["default"] + ([PAD_CANDIDATES[_native(d)]] if causal else [])
+                for n in names:
+                    if self.checked.get((n, d, causal)) is False:
+                        self.emit(kind="skip", variant=n, d=d, causal=causal,
+                                  reason="failed or hung in the smoke stage")
+                        continue
+                    cfg = _cfg(H, n, d, causal)
+                    shapes = [(f"{b}x{s} h{h}/{hk}", b, s, s, h, hk) for b, s, h, hk in PAD_SHAPES]
+                    if causal:
+                        shapes.append(("1x300/100 h2/1", 1, 300, 100, 2, 1))
+                    for label, b, sq, sk, h, hk in shapes:
+                        self.run_case(n, d, causal, label, b, sq, sk, h, hk, cfg, pad=True)
 
     def time_cell(self, d, causal, s, variants, b=None, h=None, diag=False):
         """FA3 and cuDNN first, then each variant: check, then time (round 1, each record
@@ -412,11 +590,61 @@ class Worker:
         self.emit(kind="diag", d=d, causal=causal, seqlen=s, batch=b, heads=h, impls=out)
 
 
+def install_fake():
+    """CPU stand-ins for the plumbing tests (tests/test_hopper_compile.py), from the environment
+    variable HOPPER_DEV2_FAKE = "hang:NAME,fail:NAME,...": the kernel is the float64 reference
+    (variant NAME made wrong, or hanging forever), timers return constants, no GPU."""
+    import types
+    import torch
+    import triton
+    from fusedattn.kernels import hopper_fwd as H
+    global DEVICE
+    DEVICE = "cpu"
+    spec = [x.split(":", 1) for x in os.environ["HOPPER_DEV2_FAKE"].split(",") if ":" in x]
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(
+        name="FAKE", multi_processor_count=132)
+    triton.testing.do_bench = lambda fn, warmup=0, rep=0, return_mode="median": (fn(), 1.0)[1]
+    triton.testing.do_bench_cudagraph = lambda fn, rep=0, return_mode="median": (fn(), 0.9)[1]
+
+    def fake_forward(q, k, v, causal, scale, config=None, _out=None, _lse=None, _warmup=False):
+        # the most specific variant whose switches the config has (l2_section_mb ignored: the
+        # smoke stage changes it)
+        names = [n for n, (ov, _) in H.VARIANTS.items() if config is not None and ov
+                 and all(getattr(config, f) == x for f, x in ov.items() if f != "l2_section_mb")]
+        name = max(names, key=lambda n: len(H.VARIANTS[n][0]), default=None)
+        if ["hang", name] in spec:
+            time.sleep(10 ** 6)
+        ro, rl = reference(q, k, v, causal, scale)
+        out = _out if _out is not None else torch.empty_like(q)
+        lse = _lse if _lse is not None else torch.empty(q.shape[0], q.shape[2], q.shape[1])
+        out.copy_(ro.to(q.dtype))
+        lse.copy_(rl.float())
+        if ["fail", name] in spec:
+            out[0, -1] = float("nan")
+        return out, lse
+    H.forward = fake_forward
+    global smoke_shapes
+    real_shapes = smoke_shapes
+
+    def small_shapes(H, cfg, d, causal):  # the float64 reference on a CPU: small cases
+        return [(lab, 1, min(sq, 256), min(sk, 256), h, hk, c)
+                for lab, b, sq, sk, h, hk, c in real_shapes(H, cfg, d, causal)]
+    smoke_shapes = small_shapes
+
+
 def worker(job, out_dir):
+    if os.environ.get("HOPPER_DEV2_FAKE"):
+        install_fake()
     if job.startswith("compile:"):
         return precompile([tuple(x) for x in json.loads(job[len("compile:"):])])
+    if job.startswith("smoke:"):
+        Worker("smoke", out_dir).smoke([tuple(x) for x in json.loads(job[len("smoke:"):])])
+        return 0
     w = Worker(job, out_dir)
     timeout, variants, cells, diags = JOBS[job]
+    if job == "pad":
+        w.pad_checks()
     for d, causal, s in cells:
         b, h = _cell_shape(job, d, s)
         w.time_cell(d, causal, s, variants, b=b, h=h, diag=(d, causal, s) in diags)
@@ -453,7 +681,30 @@ def summarize(out_dir, jobs, status):
         rows.append(f"CHECK FAILED {r['job']} {r['variant']} d={r['d']} causal={r['causal']} "
                     f"{r.get('shape', '')} rel={r.get('rel')} lse={r.get('lse_err')} "
                     f"unwritten={r.get('unwritten')} {r.get('error', '')}"[:300])
+    smoke = [r for r in _records(out_dir, "smoke") if r["kind"] == "smoke"] if "smoke" in jobs \
+        else []
+    if smoke:
+        bad = [f"{r['variant']} d={r['d']} causal={int(r['causal'])}"
+               + (" HUNG" if r.get("hung") else "") for r in smoke if not r.get("ok")]
+        rows.append(f"[smoke] {len(smoke) - len(bad)}/{len(smoke)} new (variant, hdim, causal) "
+                    f"passed" + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+    if "pad" in jobs:
+        pad = [r for r in _records(out_dir, "pad") if r["kind"] == "check" and r.get("pad")]
+        for d in PAD_DIMS:
+            for causal in (False, True):
+                rs = [r for r in pad if r["d"] == d and r["causal"] == causal]
+                if not rs:
+                    continue
+                per = {}
+                for r in rs:
+                    per.setdefault(r["variant"], []).append(bool(r["ok"]))
+                rels = [r["rel"] for r in rs if isinstance(r.get("rel"), float)]
+                rows.append(f"[pad] d={d} {'causal' if causal else 'full  '}: "
+                            + ", ".join(f"{n} {sum(v)}/{len(v)}" for n, v in per.items())
+                            + (f" (max rel {max(rels):.1e})" if rels else ""))
     for j in jobs:
+        if j == "smoke":
+            continue
         if j == "ablation":
             rows.append("[ablation] FA3 paper tab. 2 (H100, non-causal): full 661, without WS 582, "
                         "without pingpong 570. Ours: default = WS + overlap, no pingpong; full* = "
@@ -488,14 +739,68 @@ def summarize(out_dir, jobs, status):
     return "\n".join(rows)
 
 
+def run_smoke(out_dir, jobs, deadline):
+    """The smoke stage: one process runs smoke_list(jobs); a case that makes no progress (no new
+    record) for SMOKE_STALL_S seconds is killed, recorded as hung (smoke record ok=False), and a
+    new process takes the remaining variants. Returns a status line."""
+    items = smoke_list(jobs)
+    total = len(items)
+    path = os.path.join(out_dir, "smoke.jsonl")
+    hung_any, tries, t0 = [], 0, time.time()
+    while items and time.time() < deadline - 10 and tries < 6:
+        tries += 1
+        with open(os.path.join(out_dir, f"smoke{tries}.log"), "w") as lf:
+            p = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), out_dir,
+                                  "--worker", "smoke:" + json.dumps(items)], stdout=lf,
+                                 stderr=subprocess.STDOUT, cwd=ROOT)
+            last, t_last, killed = -1, time.time(), False
+            while p.poll() is None:
+                time.sleep(0.25)
+                size = os.path.getsize(path) if os.path.exists(path) else 0
+                if size != last:
+                    last, t_last = size, time.time()
+                elif time.time() - t_last > SMOKE_STALL_S or time.time() > deadline:
+                    p.kill()
+                    p.wait()
+                    killed = True
+        recs = _records(out_dir, "smoke")
+        done = {(r["variant"], r["d"], r["causal"]) for r in recs if r.get("kind") == "smoke"}
+        if killed or p.returncode != 0:
+            pending = [(r["variant"], r["d"], r["causal"]) for r in recs
+                       if r.get("kind") == "smoke_start"
+                       and (r["variant"], r["d"], r["causal"]) not in done]
+            if pending:  # the case that was running when it stopped
+                n, d, c = pending[-1]
+                rec = dict(job="smoke", t=round(time.time(), 2), kind="smoke", variant=n, d=d,
+                           causal=c, ok=False, hung=killed, rc=p.returncode)
+                with open(path, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+                done.add((n, d, c))
+                why = "hung" if killed else f"rc={p.returncode}"
+                hung_any.append(f"{n} d={d} causal={c} ({why})")
+            elif not killed:
+                break  # died before its first case: give up on the stage (the jobs check anyway)
+        items = [x for x in items if tuple(x) not in done]
+        if not killed and p.returncode == 0:
+            break
+    recs = _records(out_dir, "smoke")
+    ok = sum(1 for r in recs if r.get("kind") == "smoke" and r.get("ok"))
+    return (f"{ok}/{total} variants passed in {time.time() - t0:.0f}s"
+            + (f"; stopped: {', '.join(hung_any)}" if hung_any else "")
+            + (f"; {len(items)} not run" if items else ""))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=os.environ.get("OUT", os.path.join(ROOT, "out",
                                                                                  "hopper_dev2")))
     ap.add_argument("--worker")
-    ap.add_argument("--budget", type=float, default=270.0)
-    ap.add_argument("--jobs", default=",".join(JOBS))
+    ap.add_argument("--budget", type=float, default=255.0)
+    ap.add_argument("--jobs", default=",".join(DEFAULT_JOBS))
     ap.add_argument("--no-precompile", action="store_true")
+    ap.add_argument("--no-smoke", action="store_true")
+    ap.add_argument("--smoke-until", type=float, default=120.0,
+                    help="the smoke stage ends by this many seconds into the run")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.worker:
@@ -530,6 +835,9 @@ def main():
         status["precompile"] = (f"{text.count('compiled ')}/{len(specs)} kernels compiled, "
                                 f"{text.count('FAILED')} failed, in {time.time() - t0:.0f}s")
         print(f"=== precompile: {status['precompile']}", flush=True)
+    if not a.no_smoke and smoke_list(jobs):
+        status["smoke"] = run_smoke(a.out, jobs, t0 + min(a.smoke_until, a.budget - 60))
+        print(f"=== smoke: {status['smoke']}", flush=True)
     for j in jobs:
         left = a.budget - (time.time() - t0)
         share = min(JOBS[j][0], left)
@@ -548,13 +856,14 @@ def main():
             except subprocess.TimeoutExpired:
                 status[j] = f"TIMEOUT after {share:.0f}s (hang or too slow; records so far kept)"
         print(f"=== {j}: {status[j]}", flush=True)
+    shown = (["smoke"] if "smoke" in status else []) + jobs
     summary = dict(status=status, wall_s=time.time() - t0,
-                   records={j: _records(a.out, j) for j in jobs})
+                   records={j: _records(a.out, j) for j in shown})
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print("\n# summary (TFLOP/s; FA3, cuDNN and default timed in the same process)")
     try:
-        print(summarize(a.out, jobs, status))
+        print(summarize(a.out, shown, status))
     except Exception:  # noqa: BLE001 - the records are in summary.json either way
         traceback.print_exc()
     print(f"wall {time.time() - t0:.0f}s")

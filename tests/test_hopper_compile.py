@@ -45,6 +45,11 @@ CASES = [
     (128, True, {"variant": "persistent_tma_fma"}),
     (64, True, {"variant": "d64_3wg"}),
     (64, False, {"variant": "d64_3wg_persistent"}),
+    # v5 candidates (hopper_log.md v5): dynamic longest-first scheduler, per-warpgroup bounds
+    (128, True, {"variant": "pdyn_tma_fma"}),
+    (256, True, {"variant": "pdyn_wgb_fma"}),
+    (256, True, {"variant": "wgb_fma"}),
+    (64, True, {"variant": "d64_3wg_n128_pdyn_wgb"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -77,6 +82,8 @@ for d, c, ov in json.loads(sys.argv[1]):
     ptx = k.asm["ptx"]
     r["ptx_store_tma"] = ptx.count("cp.async.bulk.tensor.4d.global.shared")
     r["ptx_named_bars"] = ptx.count("bar.sync 10, 256") + ptx.count("bar.sync 11, 256")
+    r["ptx_atom_add"] = ptx.count("atom.global.gpu.acq_rel.add")
+    r["ptx_atom_exch"] = ptx.count("atom.global.gpu.acq_rel.exch")
     sass = fi.sass_counts(k.asm["cubin"])["sass"]
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
@@ -165,6 +172,49 @@ def test_new_switches_reach_the_code(report):
         assert report["sass_counts"]["UTMASTG"] > 0
 
 
+def test_dynamic_scheduler_reaches_the_code(report):
+    """scheduler 1: one atomic add (the next tile) and one exchange (the counter's reset) in the
+    producer; no atomics anywhere else."""
+    cfg = report["config"]
+    dyn = cfg["persistent"] and cfg["scheduler"] == 1
+    assert report["ptx_atom_add"] == (1 if dyn else 0)
+    assert report["ptx_atom_exch"] == (1 if dyn else 0)
+
+
+def test_wg_bounds_is_new_code(reports):
+    """wg_bounds changes the causal kernel (it is not the table's row under another name), keeps
+    its GEMMs, and the table's row is untouched (its digest is pinned above)."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    wgb = by_case[(256, True, json.dumps({"variant": "wgb_fma"}))]
+    table = by_case[(256, True, json.dumps({}))]  # = v3 + softmax_fma
+    assert wgb["sass_sha1"] != table["sass_sha1"]
+    assert wgb["sass_counts"]["HGMMA"] == table["sass_counts"]["HGMMA"]
+
+
+def test_l2_section_heads():
+    """FA3's L2 swizzle (hopper/tile_scheduler.hpp): the largest power of two of kv heads whose
+    K and V fit in 32 MB, times the q heads per kv head, at least one kv head."""
+    f = H.l2_section_heads
+    assert f(256, 2048, 128, 1, 2, 32) == 32      # 1 MB of K+V per head
+    assert f(32, 8192, 128, 1, 2, 32) == 8        # 4 MB
+    assert f(16, 4096, 256, 1, 2, 32) == 8        # 4 MB
+    assert f(16, 6000, 128, 1, 2, 32) == 8        # 2.9 MB: 11 fit -> 8
+    assert f(16, 65536, 256, 1, 2, 32) == 1       # 64 MB: one head
+    assert f(64, 8192, 128, 4, 2, 32) == 32       # GQA: 8 kv heads x 4 q heads each
+    assert f(12, 2048, 128, 1, 2, 32) == 12       # capped at batch x heads
+    assert f(256, 2048, 128, 1, 2, 0) == 256      # 0: one section
+
+
+def test_scheduler_needs_persistent():
+    import torch
+    q = torch.zeros(1, 256, 2, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="persistent"):
+        H.forward(q, q, q, True, 0.1, config=H.base_config(128, scheduler=1))
+    with pytest.raises(ValueError, match="wg_bounds"):
+        H.forward(q, q, q, True, 0.1, config=H.base_config(128, wg_bounds=True, pingpong=True))
+
+
 def test_softmax_fma_uses_ffma(reports):
     """softmax_fma: the exponent's scale-and-subtract is one FFMA (SASS), fewer FADDs than the
     table's kernel of the same head dim."""
@@ -192,12 +242,15 @@ def test_dev2_precompile_path_on_cpu(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env["HOPPER_DEV2_MOCK_DRIVER"] = "1"
-    specs = [["d64_3wg", 64, True, 2, 1000, 4, 2], ["persistent_tma_fma", 128, False, 2, 8192, 16, 16]]
+    specs = [["d64_3wg", 64, True, 2, 1000, 4, 2], ["persistent_tma_fma", 128, False, 2, 8192, 16, 16],
+             # v5 spec format: + seqlen_k, l2_section_mb (the dynamic scheduler's smoke case)
+             ["pdyn_tma_fma", 128, True, 3, 3000, 4, 2, 3000, 6]]
     res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "hopper_dev2.py"),
                           str(tmp_path), "--worker", "compile:" + json.dumps(specs)],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert res.stdout.count("compiled ") == 2 and "FAILED" not in res.stdout, res.stdout
+    assert res.stdout.count("compiled ") == 3 and "FAILED" not in res.stdout, res.stdout
+    assert "spills=0" in res.stdout.splitlines()[-1], res.stdout
 
 
 _DRY_RUN = """
@@ -224,7 +277,7 @@ def fake_forward(q, k, v, causal, scale, config=None, _out=None, _lse=None, _war
     return out, lse
 
 H.forward = fake_forward
-D.JOBS = {"d256": (60, ["default", "persistent_tma_fma"], [(256, True, 130)], [(256, True, 130)])}
+D.JOBS = {"d256": (60, ["default", "pdyn_tma_fma"], [(256, True, 130)], [(256, True, 130)])}
 D._cell_shape = lambda job, d, s: (1, 2)
 D.worker("d256", sys.argv[1])
 print("SUMMARY=" + json.dumps(D.summarize(sys.argv[1], ["d256"], {"d256": "rc=0"})))
@@ -233,7 +286,7 @@ print("SUMMARY=" + json.dumps(D.summarize(sys.argv[1], ["d256"], {"d256": "rc=0"
 
 def test_dev2_worker_dry_run_on_cpu(tmp_path):
     """The device script's worker on CPU with a fake kernel (float64 reference; the
-    "persistent_tma_fma" variant made wrong on purpose) and fake timers: the wrong variant is caught and not timed, the
+    never-run "pdyn_tma_fma" variant made wrong on purpose) and fake timers: the wrong variant is caught and not timed, the
     diagnostics and the summary run."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -242,13 +295,13 @@ def test_dev2_worker_dry_run_on_cpu(tmp_path):
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     recs = [json.loads(ln) for ln in open(tmp_path / "d256.jsonl")]
     checks = {(r["variant"], r.get("shape")): r["ok"] for r in recs if r["kind"] == "check"}
-    assert checks[("persistent_tma_fma", "2x1000 h4/2")] is False
+    assert checks[("pdyn_tma_fma", "2x1000 h4/2")] is False
     assert all(ok for (n, _), ok in checks.items() if n == "default")
     timed = {r["impl"] for r in recs if r["kind"] == "time"}
-    assert "default" in timed and "persistent_tma_fma" not in timed
+    assert "default" in timed and "pdyn_tma_fma" not in timed
     assert any(r["kind"] == "diag" for r in recs)
     summary = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("SUMMARY=")][-1][8:])
-    assert "CHECK FAILED d256 persistent_tma_fma" in summary and "default" in summary
+    assert "CHECK FAILED d256 pdyn_tma_fma" in summary and "default" in summary
 
 
 def test_dev2_compile_list_covers_every_job():
@@ -260,6 +313,76 @@ def test_dev2_compile_list_covers_every_job():
         assert set(variants) <= names
     for n in names:
         assert n in H.VARIANTS or n in D.EXTRA_VARIANTS
+    # v5: every never-run variant of the default jobs goes through the smoke stage, the dynamic
+    # ones with the many-tile, two-section case (compiled too); the padded dims are compiled
+    v5 = D.compile_specs(D.DEFAULT_JOBS)
+    smoke = D.smoke_list(D.DEFAULT_JOBS)
+    for _, variants, cells, _ in (D.JOBS[j] for j in D.DEFAULT_JOBS):
+        for d, causal, _ in cells:
+            for n in variants:
+                assert n == "default" or n in D.VERIFIED or [n, d, causal] in smoke
+    for n, d, causal in smoke:
+        cfg = D._cfg(H, n, d, causal)
+        assert any(s[:3] == (n, d, causal) for s in v5), (n, d, causal)
+        if cfg.persistent and cfg.scheduler:
+            # many tiles (> 132 SMs) in two L2 sections, the second short
+            sh = [x for x in D.smoke_shapes(H, cfg, d, causal) if x[0].startswith("3x3000")]
+            assert sh, (n, d)
+            _, b, sq, sk, h, hk, c = sh[0]
+            sec = H.l2_section_heads(b * h, sk, d, h // hk, 2, c.l2_section_mb)
+            assert b * h * -(-sq // c.block_m) > 132 and b * h % sec and b * h > sec, (n, d, sec)
+    assert {s[1] for s in v5 if s[0] == "default"} >= set(D.PAD_DIMS)
+    assert D.DEFAULT_JOBS == ["c128", "c256", "c64", "pad"]
+
+
+_SMOKE_DRY_RUN = """
+import json, os, sys, time
+sys.path.insert(0, os.path.join(sys.argv[2], "scripts"))
+import hopper_dev2 as D
+out = sys.argv[1]
+D.SMOKE_STALL_S = 8
+D.JOBS["c64"] = (60, ["default", "d64_3wg_n128_pdyn_wgb", "pdyn_fma", "d64_3wg_n128_pdyn"],
+                 [(64, True, 256)], [])
+D.JOBS["pad"] = (60, ["default"], [(96, True, 256)], [])
+D.PAD_DIMS = (32, 96)
+D.PAD_SHAPES = [(1, 200, 4, 2)]
+D._cell_shape = lambda job, d, s: (1, 2)
+status = {"smoke": D.run_smoke(out, ["c64", "pad"], time.time() + 300)}
+for j in ("c64", "pad"):
+    D.worker(j, out)  # in this process (the fake from HOPPER_DEV2_FAKE), with the small cells
+    status[j] = "rc=0"
+print("SUMMARY=" + json.dumps(D.summarize(out, ["smoke", "c64", "pad"], status)))
+"""
+
+
+def test_dev2_smoke_stage_and_pad_on_cpu(tmp_path):
+    """The v5 plumbing on CPU (scripts/hopper_dev2.py install_fake: the float64 reference as the
+    kernel): a variant that hangs is killed by the smoke watchdog and recorded as hung, the
+    remaining variants still run; a wrong variant fails its smoke case; the jobs time only the
+    variants that passed; the padded head dims are checked; the summary names both."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["HOPPER_DEV2_FAKE"] = "hang:d64_3wg_n128_pdyn_wgb,fail:pdyn_fma"
+    res = subprocess.run([sys.executable, "-c", _SMOKE_DRY_RUN, str(tmp_path), ROOT], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    smoke = {(r["variant"], r["d"]): r for r in map(json.loads, open(tmp_path / "smoke.jsonl"))
+             if r["kind"] == "smoke"}
+    assert smoke[("d64_3wg_n128_pdyn_wgb", 64)]["hung"] is True
+    assert smoke[("pdyn_fma", 64)]["ok"] is False
+    assert smoke[("d64_3wg_n128_pdyn", 64)]["ok"] and smoke[("pdyn_tma_fma", 96)]["ok"]
+    recs = [json.loads(ln) for ln in open(tmp_path / "c64.jsonl")]
+    timed = {r["impl"] for r in recs if r["kind"] == "time"}
+    assert timed == {"default", "d64_3wg_n128_pdyn"}, timed
+    pad = [json.loads(ln) for ln in open(tmp_path / "pad.jsonl")]
+    pad_checks = [r for r in pad if r["kind"] == "check" and r.get("pad")]
+    assert {(r["variant"], r["d"], r["causal"]) for r in pad_checks} == {
+        ("default", 32, False), ("default", 32, True), ("d64_3wg_n128_pdyn", 32, True),
+        ("default", 96, False), ("default", 96, True), ("pdyn_tma_fma", 96, True)}
+    assert all(r["ok"] for r in pad_checks)
+    summary = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("SUMMARY=")][-1][8:])
+    assert "[smoke] 3/5" in summary and "d64_3wg_n128_pdyn_wgb d=64 causal=1 HUNG" in summary
+    assert "[pad] d=96 causal: default 2/2, pdyn_tma_fma 2/2" in summary, summary
 
 
 def test_padded_head_dims_gated():

@@ -55,6 +55,14 @@ Switches added after the verified version (issue #4), each OFF by default and no
                            hdim 64): 16 warps, entry cap 128 registers, workers setmaxnreg 160,
                            the default partition 168, producer 24; the Q tile is three TMA boxes
                            in a [4, 1, 64, 1, D] buffer (shared shapes must be powers of two).
+    scheduler=1 (v5)       with persistent: FA3's dynamic scheduler for causal: longest tiles
+                           first over L2 sections of (batch, head)s, the next tile id from a
+                           global atomic counter (self-resetting; _producer_dynamic), handed to
+                           the consumers through shared memory with q_bar.
+    wg_bounds (v5)         causal: each consumer warpgroup stops at the last K/V block its own
+                           rows see and masks only the blocks its first row does not fully see
+                           (hdim 256: warpgroup 0 skips one 64-key block per tile; 3 warpgroups
+                           of 64 rows with BLOCK_N 128: 1.5 of 3 skip one block on average).
     head_dim not in (64, 128, 256) (a multiple of 8, <= 256): runs at the next native head dim;
                            the TMA boxes are wider than the tensors, the copy engine zero-fills the
                            missing columns of Q, K, V, and the store masks them (D_REAL).
@@ -116,6 +124,13 @@ class FwdConfig:
     # --- v4 candidates (hopper_log.md v4), off by default until measured on a GPU ---
     softmax_fma: bool = False     # row max of the raw scores, exp2(s*scale - m*scale) as one FFMA
     num_consumers: int = 2        # 3: BLOCK_M // 3 rows per warpgroup (FA3's hdim-64 192-row tile)
+    # --- v5 candidates (hopper_log.md v5), off by default until measured on a GPU ---
+    scheduler: int = 0            # with persistent: 0 static strided (v3), 1 dynamic
+                                  # longest-first over L2 sections (FA3's causal scheduler)
+    l2_section_mb: int = 32       # scheduler 1: K+V bytes per L2 section (FA3: 32 MB); 0: one
+                                  # section of every (batch, head) (pure longest-first)
+    wg_bounds: bool = False       # causal: each consumer warpgroup computes only the K/V blocks
+                                  # its own rows see (not with pingpong or the static persistent)
 
     @property
     def num_warps(self) -> int:
@@ -217,6 +232,30 @@ VARIANTS = {
     "d64_3wg_n128": ({"block_m": 192, "block_n": 128, "num_stages": 2, "num_consumers": 3,
                       "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
                       "overlap": False}, (64,)),
+    # v5 candidates (hopper_log.md v5), for causal: persistent with FA3's dynamic longest-first
+    # scheduler over L2 sections (scheduler 1); "_lpt" = one section (pure longest-first: tells
+    # the L2 sectioning from the load balance)
+    "pdyn_fma": ({"persistent": True, "scheduler": 1, "softmax_fma": True}, None),
+    "pdyn_tma_fma": ({"persistent": True, "scheduler": 1, "tma_store": True,
+                      "softmax_fma": True}, None),
+    "pdyn_lpt_tma_fma": ({"persistent": True, "scheduler": 1, "l2_section_mb": 0,
+                          "tma_store": True, "softmax_fma": True}, None),
+    "d64_3wg_n128_pdyn": ({"block_m": 192, "block_n": 128, "num_stages": 2, "num_consumers": 3,
+                           "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
+                           "overlap": False, "persistent": True, "scheduler": 1,
+                           "tma_store": True}, (64,)),
+    # per-warpgroup causal bounds (wg_bounds): pays where a warpgroup's rows end a K/V block
+    # before the tile's last row does: hdim 256 (BLOCK_N 64) and the 3-warpgroup hdim-64 tile
+    "wgb_fma": ({"softmax_fma": True, "wg_bounds": True}, (64, 256)),
+    "pdyn_wgb_fma": ({"persistent": True, "scheduler": 1, "softmax_fma": True,
+                      "wg_bounds": True}, (256,)),
+    "d64_3wg_n128_wgb": ({"block_m": 192, "block_n": 128, "num_stages": 2, "num_consumers": 3,
+                          "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
+                          "overlap": False, "wg_bounds": True}, (64,)),
+    "d64_3wg_n128_pdyn_wgb": ({"block_m": 192, "block_n": 128, "num_stages": 2,
+                               "num_consumers": 3, "consumer_regs": 160, "maxnreg": 128,
+                               "softmax_fma": True, "overlap": False, "persistent": True,
+                               "scheduler": 1, "tma_store": True, "wg_bounds": True}, (64,)),
 }
 
 
@@ -444,8 +483,12 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
               kv_base=0, turn_base=0, q_phase=0, q_empty=None, o_desc=None,
               D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
               TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
-              NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+              NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
     """One (batch, head, m-tile) work item of one consumer warpgroup.
+
+    WGB (v5, causal, no pingpong): this warpgroup's own causal bounds: it computes only the K/V
+    blocks its own rows can see (n_blocks of its last row) and masks only those its first row
+    does not fully see; the tile's remaining blocks are released (kv_empty) without being read.
 
     kv_base / turn_base: K/V ring and pingpong-turn counters at the start of the tile (0 for the
     one-tile-per-program grid; carried across tiles when PERSISTENT); q_phase: phase of q_bar.
@@ -471,6 +514,16 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     l_i = gl.zeros([M_WG], gl.float32, layout=row_s)
     acc = gl.zeros([M_WG, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
+
+    n_tile = n_blocks
+    if WGB:
+        if CAUSAL:
+            wg_first = m_start + WG * M_WG
+            wg_end = gl.minimum(wg_first + M_WG, seqlen_q)
+            kv_end_wg = gl.maximum(gl.minimum(wg_end + causal_off, seqlen_k), 0)
+            n_blocks = gl.minimum(gl.cdiv(kv_end_wg, BLOCK_N), n_tile)
+            full_end_wg = gl.maximum(gl.minimum(wg_first + causal_off + 1, seqlen_k), 0)
+            n_unmasked = gl.minimum(full_end_wg // BLOCK_N, n_blocks)
 
     mbarrier.wait(q_bar, q_phase)
 
@@ -588,6 +641,17 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         if PERSISTENT:
             if not TMA_STORE:
                 mbarrier.arrive(q_empty, count=1)
+    if WGB:
+        # blocks of the tile that no row of this warpgroup sees: release them unread. Wait for
+        # each load first: its k_ready/v_ready phase means the stage's previous use is released
+        # by every warpgroup, so this arrival cannot complete that earlier phase.
+        for j in range(n_blocks, n_tile):
+            sj = (kv_base + j) % NUM_STAGES
+            phj = ((kv_base + j) // NUM_STAGES) & 1
+            mbarrier.wait(k_ready.index(sj), phj)
+            mbarrier.arrive(kv_empty.index(sj), count=1)
+            mbarrier.wait(v_ready.index(sj), phj)
+            mbarrier.arrive(kv_empty.index(NUM_STAGES + sj), count=1)
 
     # epilogue: one normalisation; rows that saw no key give 0 and lse = -inf
     l_o = gl.convert_layout(l_i, row_o)
@@ -627,7 +691,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         gl.store(o_ptrs, out.to(dtype), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
     gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
-    return kv_base + n_blocks, turn_base + turns
+    return kv_base + n_tile, turn_base + turns
 
 
 @gluon.jit
@@ -638,12 +702,12 @@ def _consumer_wg1(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                   TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                  NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
     _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
               1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA)
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB)
 
 
 @gluon.jit
@@ -654,12 +718,12 @@ def _consumer_wg2(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                   TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                  NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
     _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
               2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA)
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB)
 
 
 @gluon.jit
@@ -670,7 +734,7 @@ def _consumer_wg0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                   TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                  NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
     if PINGPONG:
         if PP_MODE == 2:
             _named_bar(1, True)  # warpgroup 0 opens its own first turn (FA3's mma_init)
@@ -678,7 +742,7 @@ def _consumer_wg0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
               0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA)
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB)
 
 
 @gluon.jit
@@ -759,6 +823,203 @@ def _consumer_persistent_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                          D_REAL, TMA_STORE, PP_MODE, NC, FMA)
 
 
+# --------------------------------------------------------------------------------------------
+# v5: dynamic persistent scheduler (FA3's DynamicPersistentTileScheduler, hopper/tile_scheduler.hpp:
+# facts taken over, code written here). Longest-processing-time-first: tile ids run over L2
+# "sections" of l2_heads (batch, head)s (K and V of one section fit in ~32 MB of L2); inside a
+# section the m-tiles go from the last (most K/V blocks when causal) to the first, heads fastest.
+# Every program takes tile pid first, then the next id from a global atomic counter (one
+# atomic_add by the producer per tile, issued after the tile's last K/V load so that its latency
+# hides under the consumers' last blocks), so an SM that finishes early takes the next-longest
+# tile. The producer decodes the id and hands the work item (b, h, m_start, n_blocks,
+# n_unmasked) to the consumer warpgroups through shared memory: it stores it, syncs its warp,
+# then arms q_bar (mbarrier arrive: release); the consumers read it after waiting on q_bar
+# (acquire), so they hold none of the schedule's scalars (hdim 256 spilled 20 B when they
+# decoded the id themselves). After the last tile the producer stores more = 0 and arrives on
+# q_bar without a load: the consumers' stop signal. The counter resets itself: the
+# fetches of one launch return exactly 0 .. num_tiles - 1 (num_tiles - grid of them succeed and
+# every program's last fails), so the program that gets num_tiles - 1 is the launch's last
+# reader and writes 0 back for the next launch (stream order). forward() keeps one counter per
+# (device, stream).
+# --------------------------------------------------------------------------------------------
+@gluon.jit
+def _tile_info_lpt(tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Tile id of the dynamic schedule -> (b, h, kvh, m_start, n_blocks, n_unmasked)."""
+    sec_tiles = l2_heads * num_m_tiles
+    sec = tile // sec_tiles
+    r = tile - sec * sec_tiles
+    sec_heads = gl.minimum(l2_heads, n_bh - sec * l2_heads)  # the last section may be short
+    m_rev = r // sec_heads
+    bh = sec * l2_heads + (r - m_rev * sec_heads)
+    pid_m = num_m_tiles - 1 - m_rev  # longest first
+    b = bh // heads
+    h = bh % heads
+    kvh = h // kv_group
+    m_start = pid_m * BLOCK_M
+    causal_off = seqlen_k - seqlen_q
+    if CAUSAL:
+        m_end = gl.minimum(m_start + BLOCK_M, seqlen_q)
+        kv_end = gl.minimum(m_end + causal_off, seqlen_k)
+        kv_end = gl.maximum(kv_end, 0)
+        n_blocks = gl.cdiv(kv_end, BLOCK_N)
+        full_end = gl.maximum(gl.minimum(m_start + causal_off + 1, seqlen_k), 0)
+        n_unmasked = gl.minimum(full_end // BLOCK_N, n_blocks)
+    else:
+        n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+        n_unmasked = seqlen_k // BLOCK_N
+    return b, h, kvh, m_start, n_blocks, n_unmasked
+
+
+@gluon.jit
+def _publish_tile(tile_smem, more, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q,
+                  seqlen_k):
+    # producer (1 warp): the decoded work item into shared memory, then a warp barrier so that
+    # the lane that arms q_bar next (release) orders every lane's store before it. The shapes
+    # (heads, seqlen_q, seqlen_k) travel along: values the consumers derive from kernel
+    # arguments are hoisted to the kernel's entry, live across every partition and spilled in
+    # the 24-register producer (hdim 256: 16-20 B); read from shared memory they are not.
+    lay: gl.constexpr = gl.BlockedLayout([16], [32], [1], [0])
+    idx = gl.arange(0, 16, layout=lay)
+    vec = gl.where(idx == 0, more, gl.where(idx == 1, b, gl.where(idx == 2, h, gl.where(
+        idx == 3, m_start, gl.where(idx == 4, n_blocks, gl.where(idx == 5, n_unmasked, gl.where(
+            idx == 6, heads, gl.where(idx == 7, seqlen_q, gl.where(idx == 8, seqlen_k, 0)))))))))
+    tile_smem.store(vec)
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _item(x, idx, k: gl.constexpr):
+    return gl.sum(gl.where(idx == k, x, 0), axis=0)
+
+
+@gluon.jit
+def _read_tile(tile_smem):
+    # consumer warpgroup (4 warps), after waiting on q_bar: (more, b, h, m_start, n_blocks,
+    # n_unmasked, heads, seqlen_q, seqlen_k); every thread holds the 16 words, the extraction is
+    # in-thread
+    lay: gl.constexpr = gl.BlockedLayout([16], [32], [4], [0])
+    x = tile_smem.load(lay)
+    idx = gl.arange(0, 16, layout=lay)
+    return (_item(x, idx, 0), _item(x, idx, 1), _item(x, idx, 2), _item(x, idx, 3),
+            _item(x, idx, 4), _item(x, idx, 5), _item(x, idx, 6), _item(x, idx, 7),
+            _item(x, idx, 8))
+
+
+@gluon.jit
+def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
+                      k_ready, v_ready, kv_empty, tile_smem, tile_counter,
+                      n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+                      CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                      NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2):
+    num_tiles = n_bh * num_m_tiles
+    grid = gl.num_programs(0)
+    c = gl.program_id(0) * 0  # K/V ring counter, carried across tiles
+    i = gl.program_id(0) * 0  # tiles done: q_empty / q_bar phase
+    tile = gl.program_id(0)
+    while tile < num_tiles:
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
+            tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+            CAUSAL, BLOCK_M, BLOCK_N)
+        mbarrier.wait(q_empty, (i & 1) ^ 1)  # the consumers have read Q and the item of tile i-1
+        _publish_tile(tile_smem, 1, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q,
+                      seqlen_k)
+        _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC)
+        r = gl.atomic_add(tile_counter, 1)
+        if r == num_tiles - 1:  # the launch's last fetch: reset the counter for the next launch
+            gl.atomic_xchg(tile_counter, 0)
+        c += n_blocks
+        i += 1
+        tile = r + grid
+    # stop signal: more = 0, q_bar completed by a plain arrive (no load)
+    mbarrier.wait(q_empty, (i & 1) ^ 1)
+    _publish_tile(tile_smem, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    mbarrier.arrive(q_bar, count=1)
+
+
+@gluon.jit
+def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                      turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                      heads, seqlen_q, seqlen_k, qk_scale,
+                      WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                      BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                      TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                      NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
+    if PINGPONG:
+        if PP_MODE == 2:
+            if WG == 0:
+                _named_bar(1, True)
+    # heads, seqlen_q, seqlen_k: taken from the work item instead (_publish_tile)
+    c = gl.program_id(0) * 0  # K/V ring counter
+    t = gl.program_id(0) * 0  # pingpong turn counter
+    i = gl.program_id(0) * 0  # tiles done: q_bar phase
+    more = gl.program_id(0) * 0 + 1
+    while more != 0:
+        mbarrier.wait(q_bar, i & 1)  # this tile's Q (or the stop signal) and its work item
+        more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(tile_smem)
+        if more != 0:
+            c, t = _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                             turn_bars, out_ptr, lse_ptr, b, h, hs, sq, sk,
+                             sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
+                             WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                             PINGPONG, c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE,
+                             PP_MODE, NC, FMA, WGB)
+            i += 1
+
+
+@gluon.jit
+def _consumer_dynamic_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                          turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                          heads, seqlen_q, seqlen_k, qk_scale,
+                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                          TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                          NC: gl.constexpr = 2, FMA: gl.constexpr = False,
+                          WGB: gl.constexpr = False):
+    _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                      turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                      heads, seqlen_q, seqlen_k, qk_scale,
+                      0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB)
+
+
+@gluon.jit
+def _consumer_dynamic_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                          turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                          heads, seqlen_q, seqlen_k, qk_scale,
+                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                          TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                          NC: gl.constexpr = 2, FMA: gl.constexpr = False,
+                          WGB: gl.constexpr = False):
+    _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                      turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                      heads, seqlen_q, seqlen_k, qk_scale,
+                      1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB)
+
+
+@gluon.jit
+def _consumer_dynamic_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                          turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                          heads, seqlen_q, seqlen_k, qk_scale,
+                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
+                          TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
+                          NC: gl.constexpr = 2, FMA: gl.constexpr = False,
+                          WGB: gl.constexpr = False):
+    _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                      turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                      heads, seqlen_q, seqlen_k, qk_scale,
+                      2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB)
+
+
 @gluon.jit
 def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     seqlen_q, seqlen_k, heads, kv_group, num_m_tiles, qk_scale,
@@ -768,12 +1029,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                     o_desc=None, D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
                     TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
-                    NUM_CONSUMERS: gl.constexpr = 2, SOFTMAX_FMA: gl.constexpr = False):
+                    NUM_CONSUMERS: gl.constexpr = 2, SOFTMAX_FMA: gl.constexpr = False,
+                    tile_counter=None, l2_heads=None, DYNAMIC: gl.constexpr = False,
+                    WG_SKIP: gl.constexpr = False):
     # 1-D grid over (batch * heads) x m-tiles, (batch, head) major so that neighbouring programs
     # share K/V in L2; with a causal mask the longest tiles (largest m) go first.
     # PERSISTENT: grid = number of SMs, each program walks the tiles pid, pid + grid, ...
     # (_tile_info); o_desc (TMA_STORE only): descriptor of out, box [1, BLOCK_M // 2, 1, HEAD_DIM].
     # D_REAL: the tensors' head_dim when HEAD_DIM is a padded (native) one.
+    # DYNAMIC (with PERSISTENT, v5): FA3's dynamic longest-first schedule (_producer_dynamic):
+    # tile_counter an int32 in global memory (0 at launch, 0 again at exit), l2_heads the
+    # (batch, head)s per L2 section.
     pid = gl.program_id(0)
     bh = pid // num_m_tiles
     pid_m = pid % num_m_tiles
@@ -825,7 +1091,50 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
         q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(q_empty, count=NUM_CONSUMERS)  # one arrival per consumer warpgroup
         n_bh = q_desc.shape[0] * heads
-        if NUM_CONSUMERS == 3:
+        if DYNAMIC:
+            # the current work item (_publish_tile)
+            tile_smem = gl.allocate_shared_memory(gl.int32, [16],
+                                                  gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            if NUM_CONSUMERS == 3:
+                gl.warp_specialize([
+                    (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP)),
+                    (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP)),
+                    (_consumer_dynamic_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP)),
+                    (_producer_dynamic, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
+                        q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                        num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                        BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
+                ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+            else:
+                gl.warp_specialize([
+                    (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP)),
+                    (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP)),
+                    (_producer_dynamic, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
+                        q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                        num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                        BLOCK_M, BLOCK_N, NUM_STAGES)),
+                ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+        elif NUM_CONSUMERS == 3:
             gl.warp_specialize([
                 (_consumer_persistent_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
@@ -869,17 +1178,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
                 (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
                 (_consumer_wg2, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
                     v_ready, kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, 0,
                     NUM_CONSUMERS)),
@@ -890,12 +1199,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
                 (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
                     v_ready, kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES)),
             ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -1130,6 +1439,34 @@ def _descriptor(t: torch.Tensor, block: int, box_d: int | None = None):
                             smem_layout(t.dtype))
 
 
+def l2_section_heads(n_bh: int, seqlen_k: int, head_dim: int, kv_group: int, elem: int,
+                     section_mb: int) -> int:
+    """(batch, head)s per L2 section of the dynamic scheduler (FA3's swizzle): the largest power
+    of two of kv heads whose K and V fit in section_mb MB, times the q heads per kv head; at
+    least one kv head; every head when section_mb <= 0."""
+    if section_mb <= 0:
+        return n_bh
+    kv_bytes = seqlen_k * 2 * head_dim * elem
+    budget = section_mb * 1024 * 1024
+    n = 1 if budget < kv_bytes else 1 << ((budget // kv_bytes).bit_length() - 1)
+    return max(1, min(n_bh, n * kv_group))
+
+
+_TILE_COUNTERS = {}
+
+
+def _tile_counter(device) -> torch.Tensor:
+    """The dynamic scheduler's int32 counter, one per (device, stream): 0 between launches (the
+    kernel resets it); two launches in flight on different streams never share one."""
+    device = torch.device(device)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device.type, device.index, stream)
+    t = _TILE_COUNTERS.get(key)
+    if t is None:
+        t = _TILE_COUNTERS[key] = torch.zeros(4, dtype=torch.int32, device=device)
+    return t
+
+
 def _v4_constexprs(cfg: FwdConfig) -> dict:
     """Constexprs of the v4 switches, passed only when they differ from the kernel's defaults."""
     extra = {}
@@ -1196,6 +1533,17 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
     o_desc = _descriptor(out, cfg.block_m // cfg.num_consumers, d_pad) if cfg.tma_store else None
     extra = _v4_constexprs(cfg)
+    if cfg.scheduler:
+        if cfg.scheduler != 1 or not cfg.persistent:
+            raise ValueError("scheduler 1 (dynamic) needs persistent=True")
+        extra.update(DYNAMIC=True, tile_counter=_tile_counter(q.device),
+                     l2_heads=l2_section_heads(batch * heads, seqlen_k, head_dim,
+                                               heads // kv_heads, q.element_size(),
+                                               cfg.l2_section_mb))
+    if cfg.wg_bounds:
+        if cfg.pingpong or (cfg.persistent and not cfg.scheduler):
+            raise ValueError("wg_bounds: not with pingpong or the static persistent schedule")
+        extra["WG_SKIP"] = True
     if cfg.softmax_fma and not softmax_scale > 0:  # the raw-score max needs a positive scale
         extra["SOFTMAX_FMA"] = False
     compiled = _launch(
@@ -1247,6 +1595,13 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
         constexprs.update(D_REAL=head_dim, PERSISTENT=cfg.persistent, TMA_STORE=cfg.tma_store,
                           PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0,
                           NUM_CONSUMERS=cfg.num_consumers, SOFTMAX_FMA=cfg.softmax_fma)
+        if cfg.scheduler:
+            signature["tile_counter"] = "*i32"
+            signature["l2_heads"] = "i32"
+            constexprs["DYNAMIC"] = True
+        else:
+            constexprs.update(tile_counter=None, l2_heads=None, DYNAMIC=False)
+        constexprs["WG_SKIP"] = cfg.wg_bounds
         options = {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg}
     else:
         kernel = attn_fwd_nows_kernel
