@@ -11,11 +11,12 @@ carried in .whl):
 
 Stages, each a subprocess with a timeout (a hung stage costs its own timeout, not the run):
 
-0. precompile: every kernel the run launches (19: the table's row and each candidate of
+0. precompile: every kernel the run launches (21: the table's row and each candidate of
    hopper_fp8_fwd.VARIANTS at hdim 128/256, causal and not; hdim 64's rows; the fp16-output
    check) compiled side by side in up to 14 processes into triton's on-disk cache
    (forward(..., _warmup=True): the launch's exact specialisation; the kernel's integer arguments
-   are not specialised, so one kernel serves every shape). Nothing is launched.
+   are not specialised, so one kernel serves every shape), and the quantiser's six launch shapes
+   of the bench (q rotated and v plain, at the bench's divisibility). Only the quantiser runs.
 1. check, one subprocess per head_dim (128, then 256, then 64): cases from the smallest up (one
    tile; causal; tails + GQA; one query row; seqlen_q > seqlen_k; MQA with 33 key blocks; at
    hdim 128 also FA3's outlier inputs, q blocks of 64 without rotation and fp16 output, and the
@@ -65,6 +66,9 @@ CHECK_TIMEOUT = {128: 55, 256: 25, 64: 20}
 PRECOMPILE_TIMEOUT = 45
 BENCH_RESERVE = 55                            # seconds kept for the bench stage
 VARIANT_CHECK_CASES = ("tails+GQA", "tails+GQA causal", "MQA 33 blocks causal")
+# quantiser launch shapes timed beside the first run's (rows per chunk, num_warps): see
+# fusedattn/kernels/fp8_quant.py (CHUNK) and benchmarks/fp8_log.md
+QUANT_VARIANTS = ((32, 8), (16, 4))
 
 
 BENCH_DIMS = (128, 256)
@@ -90,6 +94,9 @@ def precompile_tasks():
             tasks.append((d, causal, None, "bf16"))
             tasks += [(d, causal, n, "bf16") for n, _ in _variants(d)]
     tasks.append((128, True, None, "fp16"))     # the check's "q blk 64, no rot, fp16" case
+    # the quantiser's kernels timed by the bench: (head_dim, "quant", chunk, num_warps)
+    for d in BENCH_DIMS:
+        tasks += [(d, "quant", 0, None)] + [(d, "quant", ch, nw) for ch, nw in QUANT_VARIANTS]
     return tasks
 
 
@@ -99,6 +106,18 @@ def _precompile_one(task):
     from fusedattn.kernels import hopper_fp8_fwd as F0
     d, causal, vname, odt = task
     t0 = time.time()
+    if causal == "quant":       # q (rotated) and v (plain) at the bench's divisibility
+        try:
+            from fusedattn.fp8 import _device_signs, hadamard_block_size
+            from fusedattn.kernels import fp8_quant
+            x = torch.randn(1, 2048, 2048 // d, d, device="cuda", dtype=torch.bfloat16)
+            had = hadamard_block_size(d)
+            for sg in (_device_signs(d, 0, x.device), None):
+                fp8_quant.quantize(x, 128, sg, had, chunk=vname, num_warps=odt)
+            torch.cuda.synchronize()
+            return task, round(time.time() - t0, 1), None
+        except Exception as e:  # noqa: BLE001
+            return task, round(time.time() - t0, 1), f"{type(e).__name__}: {e}"[:300]
     try:
         cfg = F0.get_config(d, **(F0.VARIANTS[vname][0] if vname else {}))
         x = torch.randn(1, 256, 2, d, device="cuda", dtype=torch.bfloat16)
@@ -125,8 +144,10 @@ def stage_precompile(out_dir):
     with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn")) as ex:
         for task, sec, err in ex.map(_precompile_one, tasks):
             bad += err is not None
-            print(f"  {'ok ' if err is None else 'ERR'} d={task[0]} causal={int(task[1])} "
-                  f"{task[2] or 'default'} {task[3]}: {sec}s" + (f" {err}" if err else ""), flush=True)
+            what = (f"quantiser chunk={task[2]} warps={task[3]}" if task[1] == "quant" else
+                    f"causal={int(task[1])} {task[2] or 'default'} {task[3]}")
+            print(f"  {'ok ' if err is None else 'ERR'} d={task[0]} {what}: {sec}s"
+                  + (f" {err}" if err else ""), flush=True)
     return 0 if not bad else 4
 
 
@@ -451,7 +472,7 @@ def stage_bench(out_dir, hdims, deadline):
                     ("quant", quant)]
             if fa3 is not None:
                 runs.insert(0, ("fa3_fp8", lambda: fa3(q8, k8, v8, causal=causal, softmax_scale=scale)))
-            if s == seqlens[-1] and not causal:
+            if s == seqlens[-1] and not causal and not MOCK:
                 # the quantiser alone, per tensor: through the API (host work included) and the
                 # bare kernel replayed from a CUDA graph (GPU time only): bytes = 2 read + 1 written
                 # per element, plus the scales
@@ -463,6 +484,23 @@ def stage_bench(out_dir, hdims, deadline):
                          ("quant_v_api", lambda: fusedattn.quantize_fp8(v, role="v")),
                          ("quant_q_kernel", lambda: fp8_quant.quantize(q, 128, sg, had)),
                          ("quant_v_kernel", lambda: fp8_quant.quantize(v, 128, None, had))]
+                # candidate launch shapes (fp8_quant.quantize chunk / num_warps): bit-identical
+                # by construction; checked here against the first run's form before timing
+                ref_q = fp8_quant.quantize(q, 128, sg, had)
+                ref_v = fp8_quant.quantize(v, 128, None, had)
+                for ch, nw in QUANT_VARIANTS:
+                    tag = f"c{ch}w{nw}"
+                    same = all(torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                                           b_.view(torch.uint8) if b_.dtype == torch.float8_e4m3fn else b_)
+                               for got, ref in ((fp8_quant.quantize(q, 128, sg, had, chunk=ch, num_warps=nw), ref_q),
+                                                (fp8_quant.quantize(v, 128, None, had, chunk=ch, num_warps=nw), ref_v))
+                               for a, b_ in zip(got, ref))
+                    res[f"quant_{tag}_identical"] = same
+                    if not same:
+                        print(f"  quantiser {tag}: results differ from the first run's form: not timed", flush=True)
+                        continue
+                    runs += [(f"quant_q_kernel_{tag}", lambda ch=ch, nw=nw: fp8_quant.quantize(q, 128, sg, had, chunk=ch, num_warps=nw)),
+                             (f"quant_v_kernel_{tag}", lambda ch=ch, nw=nw: fp8_quant.quantize(v, 128, None, had, chunk=ch, num_warps=nw))]
             for label, fn in runs:
                 try:
                     with Watchdog(f"bench {label} d={d} causal={int(causal)} s={s}", BENCH_WATCHDOG_S):
@@ -503,9 +541,9 @@ def stage_bench(out_dir, hdims, deadline):
             jf.flush()
             nan = float("nan")
             vtxt = " ".join(f"{vn} {res.get(vn, nan):.0f}" for vn, _ in ([] if MOCK else _variants(d)))
-            qtxt = " ".join(f"{lb} {res[lb + '_TBps']:.2f} TB/s (graph {res.get(lb + '_graph_TBps', nan):.2f})"
-                            for lb in ("quant_q_api", "quant_v_api", "quant_q_kernel", "quant_v_kernel")
-                            if lb + "_TBps" in res)
+            qtxt = " ".join(f"{lb[6:]} {res[lb + '_TBps']:.2f} TB/s (graph {res.get(lb + '_graph_TBps', nan):.2f})"
+                            for lb in sorted(k[:-5] for k in res if k.startswith("quant_") and k.endswith("_TBps")
+                                             and not k.endswith("_graph_TBps")))
             print(f"  bench d={d} causal={int(causal)} s={s}: ours {res.get('ours', nan):.0f} [{vtxt}] "
                   f"e2e {res.get('ours_e2e', nan):.0f} fa3_fp8 {res.get('fa3_fp8', nan):.0f} TFLOP/s, "
                   f"quant {res.get('quant_ms', nan):.3f} ms; rel vs bf16 ours "
@@ -592,9 +630,9 @@ def summarize(out_dir, status):
                 rows.append(f"| {r['d']} | {int(r['causal'])} | {r['seqlen']} | {o:.0f} | "
                             + " | ".join(cells) + " |")
         for r in bench:
-            q = [(lb, r[lb + "_TBps"], r.get(lb + "_graph_TBps", nan), r[lb + "_ms"])
-                 for lb in ("quant_q_api", "quant_v_api", "quant_q_kernel", "quant_v_kernel")
-                 if lb + "_TBps" in r]
+            q = [(lb[6:], r[lb + "_TBps"], r.get(lb + "_graph_TBps", nan), r[lb + "_ms"])
+                 for lb in sorted(k[:-5] for k in r if k.startswith("quant_") and k.endswith("_TBps")
+                                  and not k.endswith("_graph_TBps"))]
             if q:
                 rows.append(f"quantiser d={r['d']} s={r['seqlen']} ({r['batch']}x{r['seqlen']}x"
                             f"{r['heads']}x{r['d']} bf16 -> e4m3), TB/s do_bench / CUDA graph: "

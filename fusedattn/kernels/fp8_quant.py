@@ -93,6 +93,37 @@ def _hadamard_rows(x, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, LOG2_HAD: tl
 
 
 @triton.jit
+def _load_rot(X, Signs, row0, b, h, stride_xb, stride_xs, stride_xh, seqlen, inv_sqrt_had,
+              HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+              ROTATE: tl.constexpr, LOG2_HAD: tl.constexpr):
+    """ROWS rows from row0 of one (batch, head), float32, rotated if ROTATE; padding reads 0."""
+    rows = row0 + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
+    rows_64 = rows[:, None].to(tl.int64)
+    x_ptrs = X + b * stride_xb + h * stride_xh + rows_64 * stride_xs + cols[None, :]
+    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)      # padding reads 0: amax unchanged
+    if ROTATE:
+        signs = tl.load(Signs + cols, mask=cols < HEAD_DIM, other=0.0)
+        x = _hadamard_rows(x * signs[None, :], ROWS, BLOCK_D, LOG2_HAD) * inv_sqrt_had
+    return x
+
+
+@triton.jit
+def _store_q(Data, y, row0, b, h, stride_db, stride_ds, stride_dh, seqlen,
+             HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+             ROUND_IN_KERNEL: tl.constexpr):
+    rows = row0 + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
+    y = tl.minimum(tl.maximum(y, -448.0), 448.0)
+    if ROUND_IN_KERNEL:
+        y = _round_to_e4m3_grid(y)
+    d_ptrs = Data + b * stride_db + h * stride_dh + rows[:, None].to(tl.int64) * stride_ds + cols[None, :]
+    tl.store(d_ptrs, y.to(tl.float8e4nv), mask=mask)
+
+
+@triton.jit
 def _quantize_fp8_kernel(
     X, Data, Scales, Signs, TensorScale,
     stride_xb, stride_xs, stride_xh,
@@ -100,40 +131,56 @@ def _quantize_fp8_kernel(
     seqlen, heads, num_blocks, inv_sqrt_had,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
     ROTATE: tl.constexpr, LOG2_HAD: tl.constexpr, GIVEN_SCALE: tl.constexpr,
-    ROUND_IN_KERNEL: tl.constexpr,
+    ROUND_IN_KERNEL: tl.constexpr, CHUNK: tl.constexpr = 0,
 ):
     """Grid (num_blocks, batch * heads). Writes Data (e4m3) and, unless GIVEN_SCALE, Scales.
 
     Scales is float32 (batch, heads, num_blocks), contiguous. With GIVEN_SCALE the tile is scaled by
     the one float32 at TensorScale (per-tensor mode) and Scales is not written.
+
+    CHUNK (0: the whole BLOCK_M-row tile at once, as in the first GPU run): two passes over the
+    tile in chunks of CHUNK rows: the first loads (and rotates) each chunk for the amax only, the
+    second loads it again (an L2 hit), rotates, scales and stores. Twice the rotation work and L2
+    reads, but a fraction of the registers, so several programs share an SM and their loads
+    overlap each other's arithmetic (the whole-tile rotation needs 167 registers at hdim 128: one
+    program of 8 warps per SM). Bit-identical: the same operations per element, and the max of
+    the chunk maxima is the tile's max.
     """
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // heads
-    h = pid_bh % heads
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_D)
-    mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
-    b = b.to(tl.int64)
-    h = h.to(tl.int64)
-    rows_64 = rows[:, None].to(tl.int64)
-    x_ptrs = X + b * stride_xb + h * stride_xh + rows_64 * stride_xs + cols[None, :]
-    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)      # padding reads 0: amax unchanged
-    if ROTATE:
-        signs = tl.load(Signs + cols, mask=cols < HEAD_DIM, other=0.0)
-        x = _hadamard_rows(x * signs[None, :], BLOCK_M, BLOCK_D, LOG2_HAD) * inv_sqrt_had
-    if GIVEN_SCALE:
-        scale = tl.load(TensorScale)
+    b = (pid_bh // heads).to(tl.int64)
+    h = (pid_bh % heads).to(tl.int64)
+    if CHUNK == 0:
+        x = _load_rot(X, Signs, pid_m * BLOCK_M, b, h, stride_xb, stride_xs, stride_xh, seqlen,
+                      inv_sqrt_had, HEAD_DIM, BLOCK_M, BLOCK_D, ROTATE, LOG2_HAD)
+        if GIVEN_SCALE:
+            scale = tl.load(TensorScale)
+        else:
+            amax = tl.max(tl.max(tl.abs(x), 1), 0)
+            scale = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
+            tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
+        y = tl.math.div_rn(x, tl.zeros_like(x) + scale)
+        _store_q(Data, y, pid_m * BLOCK_M, b, h, stride_db, stride_ds, stride_dh, seqlen,
+                 HEAD_DIM, BLOCK_M, BLOCK_D, ROUND_IN_KERNEL)
     else:
-        amax = tl.max(tl.max(tl.abs(x), 1), 0)
-        scale = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
-        tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
-    y = tl.math.div_rn(x, tl.zeros_like(x) + scale)
-    y = tl.minimum(tl.maximum(y, -448.0), 448.0)
-    if ROUND_IN_KERNEL:
-        y = _round_to_e4m3_grid(y)
-    d_ptrs = Data + b * stride_db + h * stride_dh + rows_64 * stride_ds + cols[None, :]
-    tl.store(d_ptrs, y.to(tl.float8e4nv), mask=mask)
+        if GIVEN_SCALE:
+            scale = tl.load(TensorScale)
+        else:
+            amax = tl.full([], 0.0, tl.float32)    # |x| >= 0: the same max as the one-pass tile
+            for c in tl.range(0, BLOCK_M // CHUNK):
+                x = _load_rot(X, Signs, pid_m * BLOCK_M + c * CHUNK, b, h, stride_xb, stride_xs,
+                              stride_xh, seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE,
+                              LOG2_HAD)
+                amax = tl.maximum(amax, tl.max(tl.max(tl.abs(x), 1), 0))
+            scale = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
+            tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
+        for c in tl.range(0, BLOCK_M // CHUNK):
+            x = _load_rot(X, Signs, pid_m * BLOCK_M + c * CHUNK, b, h, stride_xb, stride_xs,
+                          stride_xh, seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE,
+                          LOG2_HAD)
+            y = tl.math.div_rn(x, tl.zeros_like(x) + scale)
+            _store_q(Data, y, pid_m * BLOCK_M + c * CHUNK, b, h, stride_db, stride_ds, stride_dh,
+                     seqlen, HEAD_DIM, CHUNK, BLOCK_D, ROUND_IN_KERNEL)
 
 
 def _num_warps(block_m: int, block_d: int) -> int:
@@ -142,8 +189,16 @@ def _num_warps(block_m: int, block_d: int) -> int:
     return max(4, min(16, block_m * block_d // (64 * 32)))
 
 
+# Launch shape of the quantiser: (rows per chunk or 0 for the whole tile, num_warps or None for
+# _num_warps). (0, None) is the first GPU run's; the dev script times alternatives
+# (scripts/hopper_fp8_dev.py, benchmarks/fp8_log.md) before this changes. Results are
+# bit-identical for every choice.
+LAUNCH = (0, None)
+
+
 def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadamard_block: int,
-             tensor_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             tensor_scale: torch.Tensor | None = None, chunk: int | None = None,
+             num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the quantiser on x (batch, seqlen, heads, head_dim), unit stride along head_dim.
 
     signs: float32 (head_dim,) of +-1 to rotate (None: no rotation); hadamard_block: the power of two
@@ -162,6 +217,11 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
     inv_sqrt_had = _inv_sqrt_f32(hadamard_block) if rotate else 1.0
     dummy = scales  # unused pointer arguments
     grid = (num_blocks, bsz * heads)
+    chunk = LAUNCH[0] if chunk is None else chunk
+    num_warps = num_warps or LAUNCH[1] or _num_warps(block_size if not chunk else min(chunk, block_size),
+                                                     block_d)
+    if chunk and (chunk >= block_size or block_size % chunk):
+        chunk = 0                                   # one chunk: the one-pass form
     _quantize_fp8_kernel[grid](
         x, data, scales, signs if rotate else dummy,
         tensor_scale if tensor_scale is not None else dummy,
@@ -169,8 +229,8 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
         data.stride(0), data.stride(1), data.stride(2),
         seqlen, heads, num_blocks, inv_sqrt_had,
         HEAD_DIM=head_dim, BLOCK_M=block_size, BLOCK_D=block_d, ROTATE=rotate, LOG2_HAD=log2_had,
-        GIVEN_SCALE=tensor_scale is not None, ROUND_IN_KERNEL=use_interpreter(x),
-        num_warps=_num_warps(block_size, block_d),
+        GIVEN_SCALE=tensor_scale is not None, ROUND_IN_KERNEL=use_interpreter(x), CHUNK=chunk,
+        num_warps=num_warps, **({"num_stages": 1} if chunk else {}),
     )
     if tensor_scale is not None:
         scales = tensor_scale.reshape(1, 1, 1).expand(bsz, heads, num_blocks).contiguous()
@@ -183,7 +243,8 @@ def _inv_sqrt_f32(n: int) -> float:
 
 
 def compile_specs(head_dim: int, dtype: torch.dtype, block_size: int = 128, rotate: bool = True,
-                  given_scale: bool = False) -> list[CompileSpec]:
+                  given_scale: bool = False, chunk: int = 0,
+                  num_warps: int | None = None) -> list[CompileSpec]:
     """The quantiser's sm_90a compile inputs (for the CPU compile check of the GPU path)."""
     t = triton_dtype(dtype)
     block_d = triton.next_power_of_2(head_dim)
@@ -193,9 +254,10 @@ def compile_specs(head_dim: int, dtype: torch.dtype, block_size: int = 128, rota
     strides = ["stride_xb", "stride_xs", "stride_xh", "stride_db", "stride_ds", "stride_dh"]
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": block_size, "BLOCK_D": block_d,
                   "ROTATE": bool(rotate), "LOG2_HAD": (had.bit_length() - 1) if rotate else 0,
-                  "GIVEN_SCALE": bool(given_scale), "ROUND_IN_KERNEL": False}
+                  "GIVEN_SCALE": bool(given_scale), "ROUND_IN_KERNEL": False, "CHUNK": chunk}
     signature = {**ptrs, **{s: "i32" for s in strides}, "seqlen": "i32", "heads": "i32",
                  "num_blocks": "i32", "inv_sqrt_had": "fp32",
                  **{name: "constexpr" for name in constexprs}}
+    nw = num_warps or _num_warps(min(chunk, block_size) if chunk else block_size, block_d)
     return [CompileSpec("quantize_fp8", _quantize_fp8_kernel, signature, constexprs,
-                        _num_warps(block_size, block_d), 1, divisible=tuple(ptrs) + tuple(strides))]
+                        nw, 1, divisible=tuple(ptrs) + tuple(strides))]

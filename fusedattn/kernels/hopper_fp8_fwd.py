@@ -122,7 +122,7 @@ class Fp8FwdConfig:
     prefetch_scales: bool = False  # overlapped loop: k/v scales loaded one block ahead (same values)
     softmax_fma: bool = False  # FA3's softmax: max of the raw scores, exponent as one FFMA
     pack_p: bool = False       # overlapped loop: P carried as packed 32-bit words (same values)
-    pingpong: bool = False     # overlapped loop: FA3's warpgroup turns (named barriers 10/11)
+    pingpong: bool = False     # FA3's warpgroup turns (named barriers 10/11), either loop
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -152,6 +152,7 @@ VARIANTS = {
     "pack_fma": ({"pack_p": True, "softmax_fma": True}, (64, 128)),
     "pack_fma_pf": ({"pack_p": True, "softmax_fma": True, "prefetch_scales": True}, (64, 128)),
     "pack_fma_pp": ({"pack_p": True, "softmax_fma": True, "pingpong": True}, (128,)),
+    "fma_pp": ({"softmax_fma": True, "pingpong": True}, (256,)),
 }
 
 
@@ -431,16 +432,26 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
                   MASK: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, M_WG: gl.constexpr,
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-                  PREFETCH: gl.constexpr = False, FMA: gl.constexpr = False,
-              PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False):
-    """Key block j without overlap: QK^T_j, softmax, O = O * alpha * v_unit / v_j + P_j V_j."""
+                  FMA: gl.constexpr = False, PINGPONG: gl.constexpr = False,
+                  WG: gl.constexpr = 0):
+    """Key block j without overlap: QK^T_j, softmax, O = O * alpha * v_unit / v_j + P_j V_j.
+
+    PINGPONG: FA3's schedule without intra-warpgroup overlap: a turn spans P V_{j-1} (issued and
+    waited for) and the issue of QK^T_j; the softmax runs outside the turns, under the other
+    warpgroup's GEMMs. The first QK^T of a tile opens with a sync, the caller closes the last
+    turn (_named_bar(11 - WG, True) after the loops)."""
     s = j % NUM_STAGES
     ph = (j // NUM_STAGES) & 1
     k_sc = gl.load(ks_ptr + kv_sc + j)
     v_j = gl.load(vs_ptr + kv_sc + j)
     mbarrier.wait(k_ready.index(s), ph)
     k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    if PINGPONG:
+        if j == 0:
+            _named_bar(10 + WG, False)
     s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+    if PINGPONG:
+        _named_bar(11 - WG, True)
     s_acc = warpgroup_mma_wait(0, deps=[s_tok])
     mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
     p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k,
@@ -450,6 +461,8 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o) * (v_unit / v_j), 1)
     p_op = gl.convert_layout(_key_perm(p.to(q.dtype), M_WG, 0, 1), p_layout, assert_trivial=True)
     mbarrier.wait(vt_ready.index(s), ph)
+    if PINGPONG:
+        _named_bar(10 + WG, False)
     v = vt_smem.index(s).permute((1, 0))
     o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
@@ -589,18 +602,24 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     else:
         # one block at a time: QK^T_j, softmax, P_j V_j (fewer live registers: hdim 256); the
         # blocks that need no mask first, in their own loop
+        if PINGPONG:
+            if WG == 0:
+                _named_bar(10, True)                   # warpgroup 0 opens its own first turn
         for j in range(0, n_unmasked):
             acc, m_i, l_i, v_unit = _block_serial(
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                 False, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
-                PREFETCH, FMA)
+                FMA, PINGPONG, WG)
         for j in range(n_unmasked, n_blocks):
             acc, m_i, l_i, v_unit = _block_serial(
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                 True, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
-                PREFETCH, FMA)
+                FMA, PINGPONG, WG)
+        if PINGPONG:
+            if n_blocks > 0:
+                _named_bar(11 - WG, True)              # closes the turn of the last P V
 
     # epilogue: out = O * v_scale[last] / l; rows that saw no key give 0 and lse = -inf
     l_o = gl.convert_layout(l_i, row_o)
