@@ -6,8 +6,9 @@ v5 (default jobs c128, c256, c64, pad): causal candidates at hdim 128/256/64, se
 beside the shipped table ("default"), FA3 and cuDNN; then the padded head dims (PAD_HEAD_DIMS).
 Before the jobs, a smoke stage launches every variant that has never run on a GPU on three small
 cases in one process with a watchdog (a case that makes no progress for SMOKE_STALL_S seconds is
-killed, recorded as hung, and the stage restarts without it); the jobs skip every variant that
-failed or hung there. v4 jobs (ablation, d128, d256, d64) are still available via --jobs.
+killed, recorded as hung, and the stage restarts without it and without the variants that share
+all of its new mechanisms: dynamic scheduler, wg_bounds); the jobs skip every variant that failed,
+hung or was not reached there. v4 jobs (ablation, d128, d256, d64) are still available via --jobs.
 
 Jobs run one after the other, each in its own subprocess with a timeout (a deadlocked variant
 costs its job, not the run; every record is written as soon as it exists, so a job killed half-way
@@ -396,8 +397,11 @@ class Worker:
         except Exception as e:  # noqa: BLE001
             self.emit(kind="note", text=f"FA3 unavailable: {e!r}"[:300])
         self.checked = {}  # (variant, d, causal) -> ok
-        # the smoke stage's verdicts (tail/GQA case and more, run before the jobs)
-        for r in _records(out_dir, "smoke"):
+        # the smoke stage's verdicts (tail/GQA case and more, run before the jobs); when it ran,
+        # a never-run variant it did not reach (out of time) is skipped, not risked in a job
+        smoke = _records(out_dir, "smoke")
+        self.smoke_ran = bool(smoke)
+        for r in smoke:
             if r.get("kind") == "smoke":
                 self.checked[(r["variant"], r["d"], r["causal"])] = bool(r["ok"])
 
@@ -434,6 +438,13 @@ class Worker:
         from fusedattn.kernels import hopper_fwd as H
         cfg = _cfg(H, name, d, causal)
         key = (name, d, causal)
+        if key not in self.checked and name not in VERIFIED and name != "default" \
+                and self.smoke_ran:
+            self.checked[key] = False
+            self.emit(kind="skip", variant=name, d=d, causal=causal,
+                      reason="never run and not reached by the smoke stage")
+            self._skipped = getattr(self, "_skipped", set()) | {key}
+            return False
         try:
             if key not in self.checked and name not in VERIFIED:
                 g = torch.Generator(device=DEVICE).manual_seed(1234)
@@ -507,7 +518,9 @@ class Worker:
             for causal in (False, True):
                 names = ["default"] + ([PAD_CANDIDATES[_native(d)]] if causal else [])
                 for n in names:
-                    if self.checked.get((n, d, causal)) is False:
+                    if self.checked.get((n, d, causal)) is False or (
+                            n != "default" and (n, d, causal) not in self.checked
+                            and self.smoke_ran):
                         self.emit(kind="skip", variant=n, d=d, causal=causal,
                                   reason="failed or hung in the smoke stage")
                         continue
@@ -608,11 +621,16 @@ def install_fake():
     triton.testing.do_bench_cudagraph = lambda fn, rep=0, return_mode="median": (fn(), 0.9)[1]
 
     def fake_forward(q, k, v, causal, scale, config=None, _out=None, _lse=None, _warmup=False):
-        # the most specific variant whose switches the config has (l2_section_mb ignored: the
-        # smoke stage changes it)
-        names = [n for n, (ov, _) in H.VARIANTS.items() if config is not None and ov
-                 and all(getattr(config, f) == x for f, x in ov.items() if f != "l2_section_mb")]
-        name = max(names, key=lambda n: len(H.VARIANTS[n][0]), default=None)
+        # the variant whose config this is (l2_section_mb compared last: the smoke stage
+        # changes it); the table's row ("default") is not a variant here
+        d = q.shape[-1]
+        cand = [n for n in H.VARIANTS if n not in ("default", "v3") and config is not None
+                and {**_cfg(H, n, d, causal).__dict__, "l2_section_mb": 0}
+                == {**config.__dict__, "l2_section_mb": 0}]
+        exact = [n for n in cand if _cfg(H, n, d, causal).l2_section_mb == config.l2_section_mb]
+        name = (exact or cand or [None])[0]
+        if config is not None and config == H.get_config(d, causal):
+            name = None
         if ["hang", name] in spec:
             time.sleep(10 ** 6)
         ro, rl = reference(q, k, v, causal, scale)
@@ -624,7 +642,12 @@ def install_fake():
             out[0, -1] = float("nan")
         return out, lse
     H.forward = fake_forward
-    global smoke_shapes
+    # small cells: the reference runs on a CPU
+    global smoke_shapes, _cell_shape
+    for j, (to, vs, cells, _) in list(JOBS.items()):
+        JOBS[j] = (to, vs, [(d, c, min(s, 256)) for d, c, s in cells], [])
+    _cell_shape = lambda job, d, s: (1, 2)  # noqa: E731
+    PAD_SHAPES[:] = [(1, 200, 4, 2)]
     real_shapes = smoke_shapes
 
     def small_shapes(H, cfg, d, causal):  # the float64 reference on a CPU: small cases
@@ -685,7 +708,8 @@ def summarize(out_dir, jobs, status):
         else []
     if smoke:
         bad = [f"{r['variant']} d={r['d']} causal={int(r['causal'])}"
-               + (" HUNG" if r.get("hung") else "") for r in smoke if not r.get("ok")]
+               + (" HUNG" if r.get("hung") else " (not run: same mechanism hung)"
+                  if r.get("skipped") else "") for r in smoke if not r.get("ok")]
         rows.append(f"[smoke] {len(smoke) - len(bad)}/{len(smoke)} new (variant, hdim, causal) "
                     f"passed" + (f"; FAILED: {', '.join(bad)}" if bad else ""))
     if "pad" in jobs:
@@ -739,6 +763,14 @@ def summarize(out_dir, jobs, status):
     return "\n".join(rows)
 
 
+def _new_features(name, d, causal):
+    """The v5 mechanisms a variant uses: "dynamic" (scheduler 1), "wg_bounds"."""
+    from fusedattn.kernels import hopper_fwd as H
+    cfg = _cfg(H, name, d, causal)
+    return ({"dynamic"} if cfg.persistent and cfg.scheduler else set()) | \
+        ({"wg_bounds"} if cfg.wg_bounds else set())
+
+
 def run_smoke(out_dir, jobs, deadline):
     """The smoke stage: one process runs smoke_list(jobs); a case that makes no progress (no new
     record) for SMOKE_STALL_S seconds is killed, recorded as hung (smoke record ok=False), and a
@@ -775,6 +807,18 @@ def run_smoke(out_dir, jobs, deadline):
                            causal=c, ok=False, hung=killed, rc=p.returncode)
                 with open(path, "a") as f:
                     f.write(json.dumps(rec) + "\n")
+                    # the variants left that have every new mechanism of this one (a hang in the
+                    # dynamic scheduler's protocol would hang each of them: ~35 s apiece)
+                    bad = _new_features(n, d, c)
+                    for x in items:
+                        if tuple(x) not in done and tuple(x) != (n, d, c) and bad \
+                                and bad <= _new_features(*x):
+                            f.write(json.dumps(dict(
+                                job="smoke", t=round(time.time(), 2), kind="smoke",
+                                variant=x[0], d=x[1], causal=x[2], ok=False, skipped=True,
+                                reason=f"not run: shares {sorted(bad)} with {n} d={d}, which "
+                                       f"{'hung' if killed else 'crashed'}")) + "\n")
+                            done.add(tuple(x))
                 done.add((n, d, c))
                 why = "hung" if killed else f"rc={p.returncode}"
                 hung_any.append(f"{n} d={d} causal={c} ({why})")

@@ -352,6 +352,12 @@ for j in ("c64", "pad"):
     D.worker(j, out)  # in this process (the fake from HOPPER_DEV2_FAKE), with the small cells
     status[j] = "rc=0"
 print("SUMMARY=" + json.dumps(D.summarize(out, ["smoke", "c64", "pad"], status)))
+# a hang in a dynamic-scheduler variant: the other dynamic variants are not risked
+os.environ["HOPPER_DEV2_FAKE"] = "hang:pdyn_fma"
+D.JOBS["c64"] = (60, ["default", "pdyn_fma", "d64_3wg_n128_pdyn", "d64_3wg_n128_wgb"],
+                 [(64, True, 256)], [])
+os.makedirs(out + "/b")
+print("SMOKE2=" + D.run_smoke(out + "/b", ["c64"], time.time() + 300))
 """
 
 
@@ -383,6 +389,11 @@ def test_dev2_smoke_stage_and_pad_on_cpu(tmp_path):
     summary = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("SUMMARY=")][-1][8:])
     assert "[smoke] 3/5" in summary and "d64_3wg_n128_pdyn_wgb d=64 causal=1 HUNG" in summary
     assert "[pad] d=96 causal: default 2/2, pdyn_tma_fma 2/2" in summary, summary
+    smoke2 = {r["variant"]: r for r in map(json.loads, open(tmp_path / "b" / "smoke.jsonl"))
+              if r["kind"] == "smoke"}
+    assert smoke2["pdyn_fma"]["hung"] is True
+    assert smoke2["d64_3wg_n128_pdyn"]["skipped"] is True and not smoke2["d64_3wg_n128_pdyn"]["ok"]
+    assert smoke2["d64_3wg_n128_wgb"]["ok"] is True
 
 
 def test_padded_head_dims_gated():
