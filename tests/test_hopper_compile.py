@@ -1,6 +1,6 @@
 """CPU checks of the hopper (Gluon) forward: compile for sm_90a with triton's bundled ptxas and assert
 the structure the design needs. No GPU is used; runtime correctness is checked on the device by
-scripts/hopper_dev.py.
+scripts/hopper_dev2.py.
 """
 import json
 import os

@@ -33,7 +33,7 @@ The shipped table (CONFIGS) has OVERLAP on and PINGPONG off: measured on an H200
 +10..12% at hdim 128 and pingpong nothing (benchmarks/hopper_log.md).
 
 Switches added after the verified version (issue #4), each OFF by default and not yet run on a GPU
-(FwdConfig fields; scripts/hopper_dev.py verifies and times them in one run):
+(FwdConfig fields; scripts/hopper_dev2.py verifies and times them in one run):
     warp_specialize=False  attn_fwd_nows_kernel: no producer, no setmaxnreg; one 8-warp partition
                            issues its own TMA loads (ablation "without warp specialisation").
     persistent             grid = number of SMs; every program walks a static tile sequence
@@ -90,7 +90,7 @@ LN2 = 0.6931471805599453
 NATIVE_HEAD_DIMS = (64, 128, 256)
 # Head dims other than 64/128/256 run padded to the next native one (forward() always does this;
 # see the module docstring). supports() accepts them only when this flag is on: flip it once
-# scripts/hopper_dev.py has verified the padded variants on a GPU.
+# scripts/hopper_dev2.py has verified the padded variants on a GPU.
 PAD_HEAD_DIMS = False
 SUPPORTED_HEAD_DIMS = NATIVE_HEAD_DIMS if not PAD_HEAD_DIMS else tuple(range(8, 257, 8))
 
@@ -192,7 +192,7 @@ CONFIGS = {
 # gl.arange shapes must be powers of two, so 192 is out): S of 64 x 256 fp32 per warpgroup, half
 # the K/V blocks (and per-block overheads) of BLOCK_N 128. Candidate, off: VARIANTS "d64_bn256".
 # Named variants (config overrides) for the ablation and the new switches; used by
-# scripts/hopper_dev.py and `python -m fusedattn.inspect --variants`. "dims": the head dims a
+# scripts/hopper_dev2.py and `python -m fusedattn.inspect --variants`. "dims": the head dims a
 # variant is meant for (None: all). Paper ablation (FA3 tab. 2: batch 4, seqlen 8448, 16 heads,
 # hdim 128, non-causal): full design = WS + overlap + pingpong; without WS; without overlap;
 # without pingpong (= the shipped default).
