@@ -84,6 +84,7 @@ have any block_size (the scale is looked up per row).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -738,6 +739,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
 # --------------------------------------------------------------------------------------------
 # Host side
 # --------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)  # one object per shape: building it costs host time per launch
 def smem_layout(head_dim: int, rank: int = 4) -> gl.NVMMASharedLayout:
     """Shared layout of a [1, BLOCK, 1, head_dim] e4m3 TMA box: the widest swizzle of a row."""
     return gl.NVMMASharedLayout(swizzle_byte_width=min(128, head_dim), element_bitwidth=8,
