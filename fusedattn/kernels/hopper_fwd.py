@@ -29,11 +29,13 @@ Compile-time switches (for ablations; all combinations compile):
               Every block is scored, the last too.
     PINGPONG  the two consumer warpgroups take turns issuing their GEMMs (two mbarriers), so that
               one's softmax overlaps the other's GEMMs (FA3 sec. 3.1).
-The shipped table (CONFIGS) has OVERLAP on and PINGPONG off: measured on an H200, overlap gave
-+10..12% at hdim 128 and pingpong nothing (benchmarks/hopper_log.md).
+The shipped table (CONFIGS, per (head_dim, causal)) has PINGPONG off everywhere and OVERLAP on
+except at head_dim 64 non-causal: measured on an H200, overlap gave +10..12% at hdim 128 and
+pingpong cost 1-9% (benchmarks/hopper_log.md, RESULTS.md run 5).
 
-Switches added after the verified version (issue #4), each OFF by default and not yet run on a GPU
-(FwdConfig fields; scripts/hopper_dev2.py verifies and times them in one run):
+Switches added for issue #4 (FwdConfig fields; scripts/hopper_dev2.py verifies and times them in
+one run). persistent, tma_store, softmax_fma and num_consumers=3 are in the shipped table since
+device run 5 (GPU grid passed in run 6); the others are off:
     warp_specialize=False  attn_fwd_nows_kernel: no producer, no setmaxnreg; one 8-warp partition
                            issues its own TMA loads (ablation "without warp specialisation").
     persistent             grid = number of SMs; every program walks a static tile sequence
