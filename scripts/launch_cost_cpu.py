@@ -28,7 +28,6 @@ from fusedattn.kernels import hopper_fwd as H  # noqa: E402
 
 
 def main(n=2000):
-    q = torch.empty(1, 128, 2, 128, dtype=torch.bfloat16)
     for d in (64, 128, 256):
         q = torch.empty(1, 128, 2, d, dtype=torch.bfloat16)
         for causal in (False, True):
