@@ -80,10 +80,7 @@ def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", varia
     named variant (hopper_fwd.variant_config) plus overrides."""
     from fusedattn.kernels import hopper_fwd as H
 
-    if variant is None or variant == "default":
-        cfg = H.get_config(head_dim, causal, **overrides)
-    else:
-        cfg = H.base_config(head_dim, **{**H.VARIANTS[variant][0], **overrides})
+    cfg = H.variant_config(variant or "default", head_dim, causal, **overrides)
     kernel = H.compile_sm90(head_dim, causal, dtype, cfg)
     ptx = kernel.asm["ptx"]
     regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)

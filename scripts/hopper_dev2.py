@@ -289,12 +289,9 @@ def precompile(specs):
 def _cfg(H, name, d, causal=False):
     """"default": the shipped table row for (d, causal); any other name: the v3 base row plus the
     variant's overrides (H.base_config), as in device run 5."""
-    if name == "default":
-        return H.get_config(d, causal)
-    over = EXTRA_VARIANTS.get(name, H.VARIANTS[name][0] if name in H.VARIANTS else None)
-    if over is None:
-        raise KeyError(name)
-    return H.base_config(d, **over)
+    if name in EXTRA_VARIANTS:
+        return H.base_config(d, **EXTRA_VARIANTS[name])
+    return H.variant_config(name, d, causal)
 
 
 def reference(q, k, v, causal, scale):
@@ -379,9 +376,8 @@ class Worker:
                   torch=torch.__version__, triton=triton.__version__)
         self.fa3 = None
         try:
-            import importlib
-            sys.modules.setdefault("flash_attn_config", importlib.import_module("fa3_fwd_config"))
-            self.fa3 = importlib.import_module("fa3_fwd_interface")
+            from fusedattn.bench.impls import import_fa3
+            self.fa3 = import_fa3()
         except Exception as e:  # noqa: BLE001
             self.emit(kind="note", text=f"FA3 unavailable: {e!r}"[:300])
         self.checked = {}  # (variant, d, causal) -> ok

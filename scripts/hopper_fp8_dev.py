@@ -385,10 +385,8 @@ def stage_check(out_dir, d, serial=False):
 # ------------------------------------------------------------------------------------------
 def _fa3():
     try:
-        import importlib
-        sys.modules.setdefault("flash_attn_config", importlib.import_module("fa3_fwd_config"))
-        import fa3_fwd_interface
-        return fa3_fwd_interface.flash_attn_func
+        from fusedattn.bench.impls import import_fa3
+        return import_fa3().flash_attn_func
     except Exception as e:  # noqa: BLE001
         print(f"[bench] FA3 not available: {e!r}"[:300], flush=True)
         return None

@@ -6,16 +6,15 @@ Python side of each path takes (the figure that bounds the speed of short sequen
 Per path: mean wall time per call over 300 back-to-back calls (one synchronize at the end), after
 20 warm-up calls. bf16, batch 1, seqlen 128, 2 heads, head_dim 128, non-causal and causal.
 """
-import importlib
 import json
 import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/scripts/", 1)[0])
 import fusedattn  # noqa: E402
+from fusedattn.bench.impls import import_fa3, sdpa_impl  # noqa: E402
 from fusedattn.kernels import hopper_fwd, triton_fwd  # noqa: E402
 
 
@@ -34,17 +33,17 @@ def main():
     q, k, v = (torch.randn(1, 128, 2, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     scale = 128 ** -0.5
+    cudnn, flash = sdpa_impl("sdpa-cudnn").fn, sdpa_impl("sdpa-flash").fn
     paths = {
         "fusedattn.attention (auto -> hopper)": lambda c: fusedattn.attention(q, k, v, causal=c),
         "fusedattn.attention(backend='triton')": lambda c: fusedattn.attention(q, k, v, causal=c, backend="triton"),
         "hopper_fwd.forward (kernel launcher only)": lambda c: hopper_fwd.forward(q, k, v, c, scale),
         "triton_fwd.forward (kernel launcher only)": lambda c: triton_fwd.forward(q, k, v, c, scale),
-        "SDPA cuDNN": lambda c: _sdpa(qt, kt, vt, c, "CUDNN_ATTENTION"),
-        "SDPA flash": lambda c: _sdpa(qt, kt, vt, c, "FLASH_ATTENTION"),
+        "SDPA cuDNN": lambda c: cudnn(qt, kt, vt, c, scale),
+        "SDPA flash": lambda c: flash(qt, kt, vt, c, scale),
     }
     try:
-        sys.modules.setdefault("flash_attn_config", importlib.import_module("fa3_fwd_config"))
-        fa3 = importlib.import_module("fa3_fwd_interface")
+        fa3 = import_fa3()
         paths["FA3 flash_attn_func"] = lambda c: fa3.flash_attn_func(q, k, v, causal=c)
     except Exception as e:  # noqa: BLE001
         print(f"FA3 not available: {e!r}"[:200])
@@ -65,11 +64,6 @@ def main():
         with open(sys.argv[1], "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
 
-
-def _sdpa(q, k, v, causal, backend):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([getattr(SDPBackend, backend)]):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
 if __name__ == "__main__":

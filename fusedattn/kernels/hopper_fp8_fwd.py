@@ -85,7 +85,7 @@ have any block_size (the scale is looked up per row).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -160,7 +160,7 @@ VARIANTS = {
 def get_config(head_dim: int, **overrides) -> Fp8FwdConfig:
     cfg = CONFIGS[head_dim]
     if overrides:
-        cfg = Fp8FwdConfig(**{**cfg.__dict__, **overrides})
+        cfg = replace(cfg, **overrides)
     return cfg
 
 

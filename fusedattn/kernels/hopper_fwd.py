@@ -72,7 +72,7 @@ device run 5 (GPU grid passed in run 6); the others are off:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -160,7 +160,7 @@ BASE_CONFIGS = {
 
 
 def _base(head_dim: int, **overrides) -> FwdConfig:
-    return FwdConfig(**{**BASE_CONFIGS[head_dim].__dict__, **overrides})
+    return replace(BASE_CONFIGS[head_dim], **overrides)
 
 
 # The shipped table, one row per (head dim, causal). Each row names the measurement that chose
@@ -266,7 +266,7 @@ def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
     row), with overrides on top."""
     cfg = CONFIGS[(padded_head_dim(head_dim), bool(causal))]
     if overrides:
-        cfg = FwdConfig(**{**cfg.__dict__, **overrides})
+        cfg = replace(cfg, **overrides)
     return cfg
 
 
@@ -276,11 +276,12 @@ def base_config(head_dim: int, **overrides) -> FwdConfig:
     return _base(padded_head_dim(head_dim), **overrides)
 
 
-def variant_config(name: str, head_dim: int, causal: bool = False) -> FwdConfig:
-    """A named variant: "default" is the shipped table row, any other name BASE + its overrides."""
+def variant_config(name: str, head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
+    """A named variant, overrides on top: "default" is the shipped table row, any other name BASE
+    plus its VARIANTS entry."""
     if name == "default":
-        return get_config(head_dim, causal)
-    return base_config(head_dim, **VARIANTS[name][0])
+        return get_config(head_dim, causal, **overrides)
+    return base_config(head_dim, **{**VARIANTS[name][0], **overrides})
 
 
 # --------------------------------------------------------------------------------------------
