@@ -26,5 +26,15 @@ for backend in sys.argv[1:] or ("triton", "hopper"):
                     out = fusedattn.attention(q, k, v, causal=causal, backend=backend)
                     out.backward(torch.randn_like(out))
                     cases += 1
+    # more tiles than SMs: persistent programs take several tiles, and the dynamic scheduler's
+    # hand-over (atomic counter, work item in shared memory) runs; forward only
+    for d in (64, 128, 256):
+        for causal in (False, True):
+            q = torch.randn(1, 400, 64, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(1, 400, 8, d, device="cuda", dtype=torch.bfloat16)
+            if fusedattn.explain(q, k, k, causal=causal, backend=backend).forward is None:
+                continue
+            fusedattn.attention(q, k, k, causal=causal, backend=backend)
+            cases += 1
 torch.cuda.synchronize()
 print(f"sanitize_cases: ran {cases} forward+backward cases")

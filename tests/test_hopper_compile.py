@@ -50,6 +50,10 @@ CASES = [
     (256, True, {"variant": "pdyn_wgb_fma"}),
     (256, True, {"variant": "wgb_fma"}),
     (64, True, {"variant": "d64_3wg_n128_pdyn_wgb"}),
+    # the causal rows of device runs 5-6 (v3 + FFMA softmax), replaced after device run 7
+    (64, True, {"variant": "fma"}),
+    (128, True, {"variant": "fma"}),
+    (256, True, {"variant": "fma"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -63,11 +67,17 @@ VERIFIED_SASS = {
     (128, True, (("variant", "v3"),)): "05729e31c85eead490d7d1e5458ecc8d1b16f553",
     # the shipped table since device run 5; GPU grid passed in device run 6 (RESULTS.md)
     (64, False, ()): "1521990f405bc875bc3fb4dd55de2a42fd865df3",
-    (64, True, ()): "f97bf81590f99dc114f80c5094727336d766097e",
     (128, False, ()): "79711b954030bcfca2292d3796e16febe383562f",
-    (128, True, ()): "8e3eedc190fb1a157e2268b2cbc21e30a9c7d4bc",
     (256, False, ()): "daa4959601bb7f44c052589761ea2332d390a1bf",
-    (256, True, ()): "647e2dcba2bf90b0ddbf24d4ab5482588d407487",
+    # the causal rows of runs 5-6 (now variant "fma"); GPU grid passed in device run 6
+    (64, True, (("variant", "fma"),)): "f97bf81590f99dc114f80c5094727336d766097e",
+    (128, True, (("variant", "fma"),)): "8e3eedc190fb1a157e2268b2cbc21e30a9c7d4bc",
+    (256, True, (("variant", "fma"),)): "647e2dcba2bf90b0ddbf24d4ab5482588d407487",
+    # the causal rows since device run 7 (d64_3wg_n128_pdyn_wgb, pdyn_tma_fma, pdyn_fma); GPU grid
+    # passed in device run 8 (RESULTS.md)
+    (64, True, ()): "c21eeff6849efa1696561c12d663e9bf531308bb",
+    (128, True, ()): "cb1fd3cadb9242aaf73155c4188f1d0b5457d771",
+    (256, True, ()): "651695e838e688b992d36273d8a18bf29e4c12e0",
 }
 
 # The compile runs in a subprocess: conftest.py turns on TRITON_INTERPRET for the CPU tests, and a
@@ -396,8 +406,9 @@ def test_dev2_smoke_stage_and_pad_on_cpu(tmp_path):
     assert smoke2["d64_3wg_n128_wgb"]["ok"] is True
 
 
-def test_padded_head_dims_gated():
-    assert H.PAD_HEAD_DIMS is False  # flip only after the GPU run verifies the padded variants
+def test_padded_head_dims_enabled():
+    assert H.PAD_HEAD_DIMS is True  # on since device run 7 verified the padded variants
+    assert set(H.SUPPORTED_HEAD_DIMS) == set(range(8, 257, 8))
     assert H.padded_head_dim(8) == 64 and H.padded_head_dim(96) == 128
     assert H.padded_head_dim(136) == 256 and H.padded_head_dim(256) == 256
     assert H.get_config(96) == H.get_config(128)

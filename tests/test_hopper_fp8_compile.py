@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -208,10 +209,14 @@ def test_variants_table():
         for d in dims:
             cfg = F.get_config(d, **over)
             assert cfg.overlap or not (cfg.pack_p or cfg.prefetch_scales), name
-    # the table's rows stay the first-run configuration until the candidates are measured
+    # the table's rows: the first-run configuration plus the variant that won its head dim in
+    # device run 7 (hdim 64 had no candidate timed, so it keeps the first run's row)
+    first_run = {64: F.Fp8FwdConfig(num_stages=3, v_stages=2),
+                 128: F.Fp8FwdConfig(num_stages=2, v_stages=2),
+                 256: F.Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False)}
+    chosen = {64: {}, 128: F.VARIANTS["pack_fma_pp"][0], 256: F.VARIANTS["fma_pp"][0]}
     for d in F.SUPPORTED_HEAD_DIMS:
-        cfg = F.get_config(d)
-        assert not (cfg.pack_p or cfg.softmax_fma or cfg.prefetch_scales or cfg.pingpong)
+        assert F.get_config(d) == replace(first_run[d], **chosen[d]), d
 
 
 # --- the kernel's arithmetic, emulated ------------------------------------------------------------

@@ -68,7 +68,7 @@ device run 5 (GPU grid passed in run 6); the others are off:
     head_dim not in (64, 128, 256) (a multiple of 8, <= 256): runs at the next native head dim;
                            the TMA boxes are wider than the tensors, the copy engine zero-fills the
                            missing columns of Q, K, V, and the store masks them (D_REAL).
-                           supports() accepts these only once PAD_HEAD_DIMS is True.
+                           supports() accepts these while PAD_HEAD_DIMS is True (since device run 7).
 """
 from __future__ import annotations
 
@@ -91,9 +91,10 @@ LN2 = 0.6931471805599453
 
 NATIVE_HEAD_DIMS = (64, 128, 256)
 # Head dims other than 64/128/256 run padded to the next native one (forward() always does this;
-# see the module docstring). supports() accepts them only when this flag is on: flip it once
-# scripts/hopper_dev2.py has verified the padded variants on a GPU.
-PAD_HEAD_DIMS = False
+# see the module docstring). supports() accepts them only when this flag is on. Device run 7
+# (scripts/hopper_dev2.py job "pad") checked head dims 32/80/96/192, causal and not, against float64:
+# all passed, so it is on; the GPU test grid covers 40/96/192.
+PAD_HEAD_DIMS = True
 SUPPORTED_HEAD_DIMS = NATIVE_HEAD_DIMS if not PAD_HEAD_DIMS else tuple(range(8, 257, 8))
 
 
@@ -164,28 +165,36 @@ def _base(head_dim: int, **overrides) -> FwdConfig:
 
 
 # The shipped table, one row per (head dim, causal). Each row names the measurement that chose
-# it: H200 device run 5 (2026-12-02, benchmarks/hopper_log.md "v4 results", scripts/hopper_dev2.py;
-# TFLOP/s, each variant beside the v3 row in the same process, median of 2 rounds).
+# it: H200 device runs 5 and 7 (2026-12-02, benchmarks/hopper_log.md "v4 results" / "v5 results",
+# scripts/hopper_dev2.py; TFLOP/s, each variant beside the previous row in the same process, median
+# of 2 rounds).
 CONFIGS = {
     # 3 consumer warpgroups x 64 rows, BLOCK_N 128 without overlap (FA3's 192-row tile):
     # s=2048 441 vs v3 347 (+27%), s=8192 516 vs 405 (+27%); best of 6 variants at both.
     (64, False): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                        consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False),
-    # FFMA softmax: causal s=2048 294 vs 281 (+5%), s=8192 411 vs 382 (+7.5%). The 3-warpgroup
-    # tile wins at 8192 (446) but loses at 2048 (278), persistent_fma the reverse (333 / 394).
-    (64, True): _base(64, softmax_fma=True),
+    # 3 warpgroups x 64 rows, BLOCK_N 128, dynamic longest-first persistent scheduler, TMA store,
+    # per-warpgroup causal bounds (variant d64_3wg_n128_pdyn_wgb), device run 7: causal
+    # s=1k/2k/4k/8k 259/362/415/463 vs the previous row (v3+FFMA) 213/295/363/409
+    # (+21/+23/+14/+13%); best of 7 at 2k-8k (pdyn_fma wins 1k: 276).
+    (64, True): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
+                      consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
+                      persistent=True, scheduler=1, tma_store=True, wg_bounds=True),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%).
     (128, False): _base(128, persistent=True, tma_store=True, softmax_fma=True),
-    # FFMA softmax: causal s=1024 326 vs 313, s=2048 451 vs 422, s=8192 573 vs 549 (+4..7%);
-    # persistent loses on causal here (static tile order, no longest-first): 400..531.
-    (128, True): _base(128, softmax_fma=True),
+    # dynamic longest-first persistent scheduler (FA3's, over L2 sections) + TMA store + FFMA
+    # (variant pdyn_tma_fma), device run 7: causal s=1k/2k/4k/8k 384/481/551/603 vs the previous
+    # row (v3+FFMA) 329/443/530/575 (+17/+9/+4/+5%); one L2 section instead: 335/412/496/591.
+    (128, True): _base(128, persistent=True, scheduler=1, tma_store=True, softmax_fma=True),
     # persistent + TMA store + FFMA: s=512 488 vs 398 (+23%), s=2048 645 vs 595 (+8.5%),
     # s=8192 704 vs 680 (+3.6%).
     (256, False): _base(256, persistent=True, tma_store=True, softmax_fma=True),
-    # FFMA softmax: causal s=512 244 vs 243, s=4096 568 vs 553 (+2.6%); persistent_tma_fma
-    # loses at causal s=512 (204).
-    (256, True): _base(256, softmax_fma=True),
+    # dynamic longest-first persistent scheduler + FFMA (variant pdyn_fma), device run 7: causal
+    # s=1k/2k/4k/8k 396/527/610/662 vs the previous row (v3+FFMA) 367/471/546/603
+    # (+8/+12/+12/+10%); with wg_bounds 411/525/603/637 (wins only at 1k). TMA store spills 4 B
+    # here (hopper_log.md v5), so the epilogue stays on pointer stores.
+    (256, True): _base(256, persistent=True, scheduler=1, softmax_fma=True),
 }
 
 
