@@ -1,8 +1,8 @@
 """The public API: :func:`attention`, :func:`sdpa`, :func:`explain`, :func:`available_backends`.
 
 Every argument is checked here, before any kernel runs; an error names the argument and says what
-was expected. The backend is chosen here too, and the call then goes through the custom ops of
-:mod:`fusedattn.ops`.
+was expected. The backend is chosen here too, and the call then goes to :func:`fusedattn.ops.attention`
+(the custom ops under torch.compile, the same functions without the dispatcher in eager mode).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     fwd_name, bwd_name = resolve(Problem.of(q, k, causal), backend)
-    out, lse = ops.forward(q, k, v, causal, scale, fwd_name, bwd_name)
+    out, lse = ops.attention(q, k, v, causal, scale, fwd_name, bwd_name)
     return (out, lse) if return_lse else out
 
 

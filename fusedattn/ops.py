@@ -1,9 +1,15 @@
-"""The operator layer: forward and backward as ``torch.library`` custom ops.
+"""The operator layer: forward and backward as ``torch.library`` custom ops, and an eager path.
 
 ``fusedattn::forward`` and ``fusedattn::backward`` have fake (meta) implementations and registered
-autograd, so eager mode, autograd and ``torch.compile(fullgraph=True)`` all run the same kernels.
-The backend is chosen by the public API (:mod:`fusedattn.api`) before the op is called and travels
-as a string argument; the ops do no validation of their own beyond what the kernels need.
+autograd, so ``torch.compile(fullgraph=True)`` traces them. The backend is chosen by the public API
+(:mod:`fusedattn.api`) before the op is called and travels as a string argument; the ops do no
+validation of their own beyond what the kernels need.
+
+:func:`attention` is what the API calls. Under ``torch.compile`` it calls the custom op. In eager
+mode it runs the same two functions (``_forward_impl`` / ``_backward_impl``) without the custom-op
+dispatcher, whose Python overhead is the larger part of a short call's host time: through
+``torch.autograd.Function`` when autograd will need a backward, directly otherwise. The kernels,
+arguments and results are the same on every path (tests/test_api.py compares them).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from torch import Tensor
 
 from .backends import get_backend
 
-__all__ = ["forward", "backward"]
+__all__ = ["attention", "forward", "backward"]
 
 
 def _last_dim_contiguous(x: Tensor) -> Tensor:
@@ -26,10 +32,8 @@ def _empty_lse(q: Tensor) -> Tensor:
     return q.new_empty((b, h, sq), dtype=torch.float32)
 
 
-@torch.library.custom_op("fusedattn::forward", mutates_args=())
-def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float,
-            backend: str, backward_backend: str) -> tuple[Tensor, Tensor]:
-    """Returns (out, lse): out like q, lse float32 (batch, heads, seqlen_q)."""
+def _forward_impl(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float,
+                  backend: str) -> tuple[Tensor, Tensor]:
     if k.shape[1] == 0 or q.numel() == 0:
         # No key to attend to (or nothing to compute): zeros and a logsumexp of -inf.
         return q.new_zeros(q.shape), _empty_lse(q).fill_(float("-inf"))
@@ -39,9 +43,26 @@ def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float,
     return out.contiguous(), lse.contiguous()
 
 
+@torch.library.custom_op("fusedattn::forward", mutates_args=())
+def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float,
+            backend: str, backward_backend: str) -> tuple[Tensor, Tensor]:
+    """Returns (out, lse): out like q, lse float32 (batch, heads, seqlen_q)."""
+    return _forward_impl(q, k, v, causal, softmax_scale, backend)
+
+
 @forward.register_fake
 def _(q, k, v, causal, softmax_scale, backend, backward_backend):
     return q.new_empty(q.shape), _empty_lse(q)
+
+
+def _backward_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                   dlse: Tensor | None, causal: bool, softmax_scale: float,
+                   backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    if k.shape[1] == 0 or q.numel() == 0:
+        return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
+    dout, q, k, v, out = (_last_dim_contiguous(x) for x in (dout, q, k, v, out))
+    grads = get_backend(backend).backward(dout, q, k, v, out, lse, causal, softmax_scale, dlse)
+    return tuple(g.contiguous() for g in grads)
 
 
 @torch.library.custom_op("fusedattn::backward", mutates_args=())
@@ -49,11 +70,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
              dlse: Tensor | None, causal: bool, softmax_scale: float,
              backend: str) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv) shaped and typed like (q, k, v)."""
-    if k.shape[1] == 0 or q.numel() == 0:
-        return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
-    dout, q, k, v, out = (_last_dim_contiguous(x) for x in (dout, q, k, v, out))
-    grads = get_backend(backend).backward(dout, q, k, v, out, lse, causal, softmax_scale, dlse)
-    return tuple(g.contiguous() for g in grads)
+    return _backward_impl(dout, q, k, v, out, lse, dlse, causal, softmax_scale, backend)
 
 
 @backward.register_fake
@@ -81,3 +98,38 @@ def _backward(ctx, grad_out, grad_lse):
 
 
 forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The eager path with autograd: the custom ops' forward and backward, minus the dispatcher."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, softmax_scale, backend, backward_backend):
+        out, lse = _forward_impl(q, k, v, causal, softmax_scale, backend)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.set_materialize_grads(False)  # as the custom op: an unused lse gets grad None
+        ctx.causal = causal
+        ctx.softmax_scale = softmax_scale
+        ctx.backward_backend = backward_backend
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        if grad_out is None and grad_lse is None:
+            return None, None, None, None, None, None, None
+        q, k, v, out, lse = ctx.saved_tensors
+        if grad_out is None:
+            grad_out = torch.zeros_like(out)
+        dq, dk, dv = _backward_impl(grad_out, q, k, v, out, lse, grad_lse, ctx.causal,
+                                    ctx.softmax_scale, ctx.backward_backend)
+        return dq, dk, dv, None, None, None, None
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, backend: str,
+              backward_backend: str) -> tuple[Tensor, Tensor]:
+    """(out, lse) through the custom op under torch.compile, else through the eager path."""
+    if torch.compiler.is_compiling():
+        return forward(q, k, v, causal, softmax_scale, backend, backward_backend)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _EagerAttention.apply(q, k, v, causal, softmax_scale, backend, backward_backend)
+    return _forward_impl(q, k, v, causal, softmax_scale, backend)

@@ -192,6 +192,39 @@ def test_opcheck_forward_and_backward():
                            torch.randn_like(lse), True, 0.25, "reference"))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_eager_path_equals_the_custom_op(causal, monkeypatch):
+    """The eager path (no dispatcher) gives bit for bit what the custom ops give, outputs and
+    gradients through out and lse, and does not go through the custom op."""
+    q, k, v = qkv(requires_grad=True)
+    dout = torch.randn(q.shape, dtype=q.dtype)
+    ref_out, ref_lse = torch.ops.fusedattn.forward(q, k, v, causal, 0.3, "reference", "reference")
+    dlse = torch.randn_like(ref_lse)
+    ref_g = torch.autograd.grad((ref_out * dout).sum() + (ref_lse * dlse).sum(), (q, k, v),
+                                retain_graph=True)
+    ref_g_out = torch.autograd.grad((ref_out * dout).sum(), (q, k, v))
+
+    def boom(*args):
+        raise AssertionError("eager call went through the custom op")
+    monkeypatch.setattr(fusedattn.ops, "forward", boom)
+    out, lse = fusedattn.attention(q, k, v, causal=causal, softmax_scale=0.3, return_lse=True,
+                                   backend="reference")
+    assert out.requires_grad and lse.requires_grad
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=0)
+    g = torch.autograd.grad((out * dout).sum() + (lse * dlse).sum(), (q, k, v))
+    for a, b in zip(g, ref_g):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    out2 = fusedattn.attention(q, k, v, causal=causal, softmax_scale=0.3, backend="reference")
+    g2 = torch.autograd.grad((out2 * dout).sum(), (q, k, v))   # lse unused: its grad is None
+    for a, b in zip(g2, ref_g_out):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with torch.no_grad():
+        out3 = fusedattn.attention(q, k, v, causal=causal, softmax_scale=0.3, backend="reference")
+    assert not out3.requires_grad
+    torch.testing.assert_close(out3, ref_out.detach(), rtol=0, atol=0)
+
+
 def test_torch_compile_fullgraph_same_result_and_grads():
     q, k, v = qkv(requires_grad=True)
     fn = lambda q, k, v: fusedattn.attention(q, k, v, causal=True)  # noqa: E731
