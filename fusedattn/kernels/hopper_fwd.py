@@ -1509,19 +1509,77 @@ def _num_sms(device) -> int:
 def _launch(kernel, grid, warmup, *args, **kwargs):
     if warmup:
         return kernel.warmup(*args, grid=grid, **kwargs)
-    kernel[grid](*args, **kwargs)
-    return None
+    return kernel.run(*args, grid=grid, warmup=False, **kwargs)
+
+
+# Host time per call. Triton's JITFunction.run binds and specialises every argument on every call
+# (~25-30% of the launcher's Python time) and the checks of a host TensorDescriptor cost another
+# ~30%: together a call took 100-170 us of host time on the H200's host (device runs 8-9), 2-4x
+# SDPA's, and at short sequences that time is exposed. After the first launch of a kernel for a
+# given specialisation, later launches with the same specialisation go straight to the compiled
+# kernel (CompiledKernel[grid](*all_arguments), Triton's launch of a compiled kernel) with plain
+# descriptor records. The key holds every input of Triton 3.6's specialisation of our arguments:
+# the constexprs and options (from the config and the call) and, per runtime argument, what
+# Triton looks at: an int's value == 1, its divisibility by 16 and whether it fits in 32 bits; a
+# pointer's 16-byte alignment; a descriptor's dtype, block shape and layout (all fixed by the
+# config and dtype). tests/test_hopper_compile.py checks that equal keys mean equal
+# specialisations, with Triton's own binder. FAST_LAUNCH = False turns this off.
+FAST_LAUNCH = True
+_FAST = {}
+
+
+class _DescArg:
+    """What Triton's launcher reads from a host tensor descriptor (make_tensordesc_arg)."""
+    __slots__ = ("base", "shape", "strides", "padding")
+
+    def __init__(self, t):
+        self.base = t
+        self.shape = list(t.shape)   # as _descriptor: the tensor's own shape and strides
+        self.strides = list(t.stride())
+        self.padding = "zero"
+
+
+def _int_key(x: int):
+    return (x == 1, x % 16 == 0, -2 ** 31 <= x < 2 ** 31)
+
+
+# the kernel's runtime arguments (everything else is a constexpr, fixed by the key)
+_RUNTIME_ARGS = ("q_desc", "k_desc", "v_desc", "out_ptr", "lse_ptr", "seqlen_q", "seqlen_k",
+                 "heads", "kv_group", "num_m_tiles", "qk_scale", "o_desc", "tile_counter",
+                 "l2_heads")
+
+
+def _remember(key, kernel, compiled, args, kwargs):
+    """After a launch through Triton: the compiled kernel and its full argument list (Triton's
+    bound arguments: the signature's order, defaults filled in) as a template for the key."""
+    if compiled is None or hasattr(compiled, "result"):
+        return
+    params = kernel.signature.parameters
+    vals = {n: p.default for n, p in params.items() if p.default is not p.empty}
+    vals.update(zip(params, args))
+    vals.update((n, v) for n, v in kwargs.items() if n in params)
+    names = tuple(params)
+    _FAST[key] = (compiled, [vals[n] for n in names],
+                  {n: names.index(n) for n in _RUNTIME_ARGS if n in params})
+
+
+def _fast_arglist(template, index, runtime: dict) -> list:
+    args = list(template)
+    for name, val in runtime.items():
+        args[index[name]] = val
+    return args
 
 
 def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | None = None,
             _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
-            _warmup: bool = False):
+            _warmup: bool = False, _key_only: bool = False):
     """(out, lse) as the launcher contract says; see the module docstring.
 
     config overrides the tile table (ablations). _out/_lse: preallocated contiguous outputs, for
     tests that poison them before the launch. _warmup: compile (into triton's on-disk cache) with
     exactly the launch's specialisation, launch nothing, and return the compiled kernel
-    (scripts/hopper_dev2.py compiles its kernels in parallel processes first).
+    (scripts/hopper_dev2.py compiles its kernels in parallel processes first). _key_only: return
+    (fast-launch key, args, kwargs) of the launch instead (for the test of the key).
     """
     batch, seqlen_q, heads, head_dim = q.shape
     _, seqlen_k, kv_heads, _ = k.shape
@@ -1532,39 +1590,63 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     lse = _lse if _lse is not None else torch.empty((batch, heads, seqlen_q),
                                                     dtype=torch.float32, device=q.device)
     d_pad = padded_head_dim(head_dim)
-    q_desc = _descriptor(q, cfg.block_m // (3 if cfg.num_consumers == 3 else 1), d_pad)
-    k_desc = _descriptor(k, cfg.block_n, d_pad)
-    v_desc = _descriptor(v, cfg.block_n, d_pad)
-    num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
+    num_m_tiles = -(-seqlen_q // cfg.block_m)
     n_tiles = batch * heads * num_m_tiles
-    args = (q_desc, k_desc, v_desc, out, lse,
-            seqlen_q, seqlen_k, heads, heads // kv_heads, num_m_tiles, softmax_scale * LOG2E)
+    kv_group = heads // kv_heads
+    ints = (seqlen_q, seqlen_k, heads, kv_group, num_m_tiles)
     if not cfg.warp_specialize:
+        args = (_descriptor(q, cfg.block_m, d_pad), _descriptor(k, cfg.block_n, d_pad),
+                _descriptor(v, cfg.block_n, d_pad), out, lse, *ints, softmax_scale * LOG2E)
         compiled = _launch(attn_fwd_nows_kernel, (n_tiles,), _warmup, *args,
                 CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d_pad,
                 NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, D_REAL=head_dim,
                 num_warps=cfg.num_warps)
         return compiled if _warmup else (out, lse)
     grid = (min(n_tiles, _num_sms(q.device)),) if cfg.persistent else (n_tiles,)
-    # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
-    # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
-    o_desc = _descriptor(out, cfg.block_m // cfg.num_consumers, d_pad) if cfg.tma_store else None
-    extra = _v4_constexprs(cfg)
+    runtime = {}
     if cfg.scheduler:
         if cfg.scheduler != 1 or not cfg.persistent:
             raise ValueError("scheduler 1 (dynamic) needs persistent=True")
-        extra.update(DYNAMIC=True, tile_counter=_tile_counter(q.device),
-                     l2_heads=l2_section_heads(batch * heads, seqlen_k, head_dim,
-                                               heads // kv_heads, q.element_size(),
-                                               cfg.l2_section_mb))
+        runtime["tile_counter"] = _tile_counter(q.device)
+        runtime["l2_heads"] = l2_section_heads(batch * heads, seqlen_k, head_dim, kv_group,
+                                               q.element_size(), cfg.l2_section_mb)
+    fma_off = cfg.softmax_fma and not softmax_scale > 0  # the raw-score max needs a positive scale
+    key = None
+    if _key_only or (FAST_LAUNCH and not _warmup):
+        # Everything the launch's specialisation depends on: the config, causal, head_dim and
+        # fma_off make every constexpr and option and the descriptors' block shapes; the rest
+        # is what Triton looks at in the runtime arguments (see FAST_LAUNCH).
+        key = (q.device, q.dtype, cfg, bool(causal), head_dim, fma_off,
+               out.data_ptr() % 16 == 0, lse.data_ptr() % 16 == 0, tuple(map(_int_key, ints)),
+               _int_key(runtime["l2_heads"]) if cfg.scheduler else None,
+               runtime["tile_counter"].data_ptr() % 16 == 0 if cfg.scheduler else None)
+        hit = None if _key_only else _FAST.get(key)
+        if hit is not None:
+            compiled, template, index = hit
+            runtime.update(q_desc=_DescArg(q), k_desc=_DescArg(k), v_desc=_DescArg(v),
+                           out_ptr=out, lse_ptr=lse, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                           heads=heads, kv_group=kv_group, num_m_tiles=num_m_tiles,
+                           qk_scale=softmax_scale * LOG2E)
+            if cfg.tma_store:
+                runtime["o_desc"] = _DescArg(out)
+            compiled[(grid[0], 1, 1)](*_fast_arglist(template, index, runtime))
+            return out, lse
+    extra = _v4_constexprs(cfg)
+    if cfg.scheduler:
+        extra.update(DYNAMIC=True, **runtime)
     if cfg.wg_bounds:
         if cfg.pingpong or (cfg.persistent and not cfg.scheduler):
             raise ValueError("wg_bounds: not with pingpong or the static persistent schedule")
         extra["WG_SKIP"] = True
-    if cfg.softmax_fma and not softmax_scale > 0:  # the raw-score max needs a positive scale
+    if fma_off:
         extra["SOFTMAX_FMA"] = False
-    compiled = _launch(
-        attn_fwd_kernel, grid, _warmup, *args,
+    # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
+    # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
+    o_desc = _descriptor(out, cfg.block_m // cfg.num_consumers, d_pad) if cfg.tma_store else None
+    q_rows = cfg.block_m // (3 if cfg.num_consumers == 3 else 1)
+    args = (_descriptor(q, q_rows, d_pad), _descriptor(k, cfg.block_n, d_pad),
+            _descriptor(v, cfg.block_n, d_pad), out, lse, *ints, softmax_scale * LOG2E)
+    kwargs = dict(
         CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d_pad,
         NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, PINGPONG=cfg.pingpong,
         CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
@@ -1572,6 +1654,11 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0, **extra,
         num_warps=cfg.num_warps, maxnreg=cfg.maxnreg,
     )
+    if _key_only:
+        return key, args, kwargs, grid
+    compiled = _launch(attn_fwd_kernel, grid, _warmup, *args, **kwargs)
+    if key is not None:
+        _remember(key, attn_fwd_kernel, compiled, args, kwargs)
     return compiled if _warmup else (out, lse)
 
 
