@@ -76,6 +76,10 @@ VERIFIED = {"v3", "full", "no_overlap", "plain",  # checked on the GPU before (r
             # run 5 (hopper_log.md v4 results): checks passed at the head dims they ran
             "fma", "persistent_fma", "persistent_tma_fma", "d64_3wg", "d64_3wg_n128",
             "d64_3wg_persistent"}
+# run 7 (hopper_log.md v5 results): smoke and checks passed
+VERIFIED_RUN7 = {"pdyn_tma_fma", "pdyn_fma", "pdyn_lpt_tma_fma", "wgb_fma", "pdyn_wgb_fma",
+                 "d64_3wg_n128_wgb", "d64_3wg_n128_pdyn", "d64_3wg_n128_pdyn_wgb"}
+VERIFIED |= VERIFIED_RUN7
 EXTRA_VARIANTS = {"plain": {"overlap": False}}  # WS alone: no overlap, no pingpong (runs 1-2)
 
 ABLATION_SHAPE = (4, 8448, 16, 128)
@@ -107,6 +111,10 @@ JOBS.update({
                  "d64_3wg_n128_pdyn", "d64_3wg_n128_pdyn_wgb"],
             [(64, True, s) for s in CAUSAL_SEQLENS], []),
     "pad": (60, ["default"], [(96, False, 4096), (96, True, 4096)], []),
+    # v6 (hopper_log.md v6): O in its own shared-memory tile, beside the shipped rows
+    "o128c": (50, ["default", "pdyn_tmao_fma"], [(128, True, s) for s in CAUSAL_SEQLENS], []),
+    "o128n": (40, ["default", "persistent_tmao_fma"],
+              [(128, False, 1024), (128, False, 2048), (128, False, 8192)], []),
 })
 DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
 # pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each

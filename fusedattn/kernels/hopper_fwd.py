@@ -134,6 +134,10 @@ class FwdConfig:
                                   # section of every (batch, head) (pure longest-first)
     wg_bounds: bool = False       # causal: each consumer warpgroup computes only the K/V blocks
                                   # its own rows see (not with pingpong or the static persistent)
+    # --- v6 candidate (hopper_log.md v6), off by default until measured on a GPU ---
+    o_buffer: bool = False        # with persistent + tma_store (2 consumers): O gets its own
+                                  # shared-memory tile instead of reusing Q's, so the next tile's
+                                  # Q load starts after the last QK^T, not after the TMA store
 
     @property
     def num_warps(self) -> int:
@@ -263,6 +267,12 @@ VARIANTS = {
     "d64_3wg_n128_wgb": ({"block_m": 192, "block_n": 128, "num_stages": 2, "num_consumers": 3,
                           "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
                           "overlap": False, "wg_bounds": True}, (64,)),
+    # v6 candidates (hopper_log.md v6): O in its own shared-memory tile, so that the next
+    # tile's Q load is not held back by this tile's TMA store (hdim 128: 160 -> 192 KB)
+    "pdyn_tmao_fma": ({"persistent": True, "scheduler": 1, "tma_store": True, "o_buffer": True,
+                       "softmax_fma": True}, (128,)),
+    "persistent_tmao_fma": ({"persistent": True, "tma_store": True, "o_buffer": True,
+                             "softmax_fma": True}, (128,)),
     "d64_3wg_n128_pdyn_wgb": ({"block_m": 192, "block_n": 128, "num_stages": 2,
                                "num_consumers": 3, "consumer_regs": 160, "maxnreg": 128,
                                "softmax_fma": True, "overlap": False, "persistent": True,
@@ -507,6 +517,9 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     Returns the counters after the tile.
     """
     M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
+    if TMA_STORE == 2:  # [2, ...]: Q tile, then O's own tile (v6 o_buffer)
+        o_buf = q_smem.index(1)
+        q_smem = q_smem.index(0)
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -594,7 +607,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)  # V_{j-1} read
         if PERSISTENT:
-            if not TMA_STORE:
+            if TMA_STORE != 1:
                 mbarrier.arrive(q_empty, count=1)  # every QK^T of this tile has completed
         if n_blocks > 0:
             jl = kv_base + n_blocks - 1
@@ -651,7 +664,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         else:
             turns = n_blocks
         if PERSISTENT:
-            if not TMA_STORE:
+            if TMA_STORE != 1:
                 mbarrier.arrive(q_empty, count=1)
     if WGB:
         # blocks of the tile that no row of this warpgroup sees: release them unread. Wait for
@@ -673,7 +686,19 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         m_i = m_i * qk_scale  # FMA kept the raw-score max
     lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln 2
 
-    if TMA_STORE:
+    if TMA_STORE == 2:
+        # O's own tile (v6): wait until this warpgroup's previous TMA store has read its rows
+        # (store_wait covers the issuing thread's copies; the barrier holds the others), write,
+        # store; the wait for this store happens at the next tile's epilogue or at the exit.
+        tma.store_wait(0)
+        gl.thread_barrier()
+        o_view = o_buf.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+        o_view.store(out.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                        o_buf.slice(WG * M_WG, M_WG, dim=1))
+    elif TMA_STORE:
         # O goes through this warpgroup's own rows of the Q tile in shared memory (every QK^T
         # that read them has completed) and out with one TMA store; the copy engine clips rows
         # past seqlen_q and padded head-dim columns.
@@ -785,6 +810,8 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE,
                          NC, FMA)
         i += 1
+    if TMA_STORE == 2:
+        tma.store_wait(0)  # the last tile's O store has read its shared memory
 
 
 @gluon.jit
@@ -979,6 +1006,8 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                              PINGPONG, c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE,
                              PP_MODE, NC, FMA, WGB)
             i += 1
+    if TMA_STORE == 2:
+        tma.store_wait(0)  # the last tile's O store has read its shared memory
 
 
 @gluon.jit
@@ -1078,8 +1107,13 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     dtype: gl.constexpr = q_desc.dtype
     if NUM_CONSUMERS == 3:  # q_desc box: BLOCK_M // 3 rows; buffers 0..2 used
         q_smem = gl.allocate_shared_memory(dtype, [4] + q_desc.block_type.shape, q_desc.layout)
+        q_load = q_smem
+    elif TMA_STORE == 2:  # Q's tile and O's own tile (v6 o_buffer; the consumers split it)
+        q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+        q_load = q_smem.index(0)
     else:
         q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+        q_load = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -1141,7 +1175,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
                         SOFTMAX_FMA, WG_SKIP)),
-                    (_producer_dynamic, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
+                    (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
                         BLOCK_M, BLOCK_N, NUM_STAGES)),
@@ -1179,7 +1213,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
                     NUM_CONSUMERS, SOFTMAX_FMA)),
-                (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
+                (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
             ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -1412,6 +1446,8 @@ def shared_memory_bytes(head_dim: int, cfg: FwdConfig, elem: int = 2) -> int:
     """Shared memory the kernel allocates for its tiles (the barriers add a few bytes)."""
     # three consumers: the Q tile is 4 power-of-two buffers of block_m // 3 rows (3 used)
     q_rows = cfg.block_m // 3 * 4 if cfg.num_consumers == 3 else cfg.block_m
+    if cfg.o_buffer:
+        q_rows += cfg.block_m
     return elem * head_dim * (q_rows + 2 * cfg.num_stages * cfg.block_n)
 
 
@@ -1640,6 +1676,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         extra["WG_SKIP"] = True
     if fma_off:
         extra["SOFTMAX_FMA"] = False
+    if cfg.o_buffer and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2):
+        raise ValueError("o_buffer needs tma_store, persistent and two consumer warpgroups")
     # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
     # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
     o_desc = _descriptor(out, cfg.block_m // cfg.num_consumers, d_pad) if cfg.tma_store else None
@@ -1650,7 +1688,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=d_pad,
         NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, PINGPONG=cfg.pingpong,
         CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-        o_desc=o_desc, D_REAL=head_dim, PERSISTENT=cfg.persistent, TMA_STORE=cfg.tma_store,
+        o_desc=o_desc, D_REAL=head_dim, PERSISTENT=cfg.persistent,
+        TMA_STORE=(2 if cfg.o_buffer else cfg.tma_store),
         PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0, **extra,
         num_warps=cfg.num_warps, maxnreg=cfg.maxnreg,
     )
@@ -1696,7 +1735,8 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
                                    f"{d_pad}],{lay}>")
         else:
             constexprs["o_desc"] = None
-        constexprs.update(D_REAL=head_dim, PERSISTENT=cfg.persistent, TMA_STORE=cfg.tma_store,
+        constexprs.update(D_REAL=head_dim, PERSISTENT=cfg.persistent,
+                          TMA_STORE=(2 if cfg.o_buffer else cfg.tma_store),
                           PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0,
                           NUM_CONSUMERS=cfg.num_consumers, SOFTMAX_FMA=cfg.softmax_fma)
         if cfg.scheduler:
