@@ -254,7 +254,7 @@ def test_device_script_plumbing_runs_on_the_cpu(tmp_path):
     assert sum(1 for r in checks if r["kind"] == "check" and r["ok"]) == 11
     assert "FA3's outlier test" in proc.stdout
     bench = [json.loads(x) for x in (out / "bench.jsonl").read_text().splitlines()]
-    assert len(bench) == 8 and all("ours_ms" in r and "ours_e2e_ms" in r for r in bench)
+    assert len(bench) == 12 and all("ours_ms" in r and "ours_e2e_ms" in r for r in bench)  # 3 dims x 2 x 2
     assert "| hdim | causal | seqlen | ours |" in (out / "summary.md").read_text()
 
 
