@@ -367,3 +367,30 @@ def test_flex_fallback_is_detected():
             warnings.warn("flex_attention called without torch.compile() - this will use an unfused implementation")
             warnings.warn("an unrelated warning")
     assert len(found) == 2 and "recompile_limit" in found[0] and "unfused" in found[1]
+
+
+def test_git_commit_of_a_checkout_and_of_an_archive_inside_another_checkout(tmp_path):
+    """The bench records the project's own commit: from git in a checkout; in a `git archive`
+    export sitting inside another checkout (the device runs' snapshots), not the enclosing
+    checkout's commit but the one git archive wrote into fusedattn/_revision.txt."""
+    def git(*args, cwd):
+        subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    outer = tmp_path / "outer"
+    (outer / "fusedattn").mkdir(parents=True)
+    (outer / "fusedattn" / "_revision.txt").write_text("$Format:%h$\n")
+    (outer / ".gitattributes").write_text("fusedattn/_revision.txt export-subst\n")
+    git("init", "-q", cwd=outer)
+    git("add", "-A", cwd=outer)
+    git("commit", "-qm", "x", cwd=outer)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=outer, capture_output=True,
+                          text=True).stdout.strip()
+    assert C._git_commit(outer) == head
+    snap = outer / "snap"   # ignored by nothing, so the outer checkout is dirty now: irrelevant
+    snap.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=outer, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(snap)], input=archive, check=True)
+    assert C._git_commit(snap) == f"{head} (git archive)"
+    (snap / "fusedattn" / "_revision.txt").write_text("$Format:%h$\n")   # a plain copy
+    assert C._git_commit(snap) is None

@@ -350,19 +350,31 @@ def _driver_version() -> str | None:
     return None
 
 
-def _git_commit() -> str | None:
-    here = Path(__file__).resolve().parents[2]
+def _git_commit(root: Path | None = None) -> str | None:
+    """The project's commit (+dirty), read with git where the project root is a checkout's
+    top level; in an export made by `git archive` (no .git of its own, e.g. a copy inside another
+    checkout), the commit that `git archive` wrote into fusedattn/_revision.txt (export-subst);
+    None when neither says."""
+    here = root or Path(__file__).resolve().parents[2]
     try:
-        res = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+        top = subprocess.run(["git", "-C", str(here), "rev-parse", "--show-toplevel"],
                              capture_output=True, text=True, timeout=10)
-        if res.returncode == 0:
-            commit = res.stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10)
-            return commit + ("+dirty" if dirty.stdout.strip() else "")
+        if top.returncode == 0 and Path(top.stdout.strip()).resolve() == here.resolve():
+            res = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+                                 capture_output=True, text=True, timeout=10)
+            if res.returncode == 0:
+                commit = res.stdout.strip()
+                dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
+                                        "--untracked-files=no"],
+                                       capture_output=True, text=True, timeout=10)
+                return commit + ("+dirty" if dirty.stdout.strip() else "")
     except Exception:  # noqa: BLE001
         pass
-    return None
+    try:
+        rev = (here / "fusedattn" / "_revision.txt").read_text().strip()
+    except OSError:
+        return None
+    return None if not rev or rev.startswith("$Format") else f"{rev} (git archive)"
 
 
 def _package_version(name: str) -> str | None:
