@@ -44,6 +44,8 @@ CASES = [  # (head_dim, causal, variant): the table's rows at every head dim, ca
     (64, True, "pack_fma_pf"),
     (256, True, "fma"),
     (256, False, "fma_pp"),
+    (64, False, "persistent"),   # spill-free only at hdim 64 so far (fp8_log.md, session 3)
+    (64, True, "persistent"),
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -399,3 +401,13 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     assert args["q_block"] == 64 and args["q_nblk"] == 5 and args["kv_nblk"] == 3
     assert math.isclose(args["qk_scale"], 0.1 * 1.4426950408889634)
     assert seen["kwargs"]["CAUSAL"] is True and seen["kwargs"]["HEAD_DIM"] == 128
+    assert seen["kwargs"]["PERSISTENT"] is False
+    # persistent: one program per SM at most (a CPU tensor counts 132), walking the 24 tiles
+    F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, persistent=True))
+    assert seen["grid"] == (24,) and seen["kwargs"]["PERSISTENT"] is True
+    q2 = torch.randn(4, 1100, 8, 128, generator=g).to(torch.bfloat16)
+    q2q = quantize_fp8(q2, block_size=64, role="q", rotate=True)
+    k2 = quantize_fp8(q2, role="k", rotate=True)
+    F.forward(q2q, k2, quantize_fp8(q2, role="v"), False, 0.1,
+              config=F.get_config(128, persistent=True))
+    assert seen["grid"] == (132,)   # 4 * 8 * 9 = 288 tiles

@@ -124,6 +124,9 @@ class Fp8FwdConfig:
     softmax_fma: bool = False  # FA3's softmax: max of the raw scores, exponent as one FFMA
     pack_p: bool = False       # overlapped loop: P carried as packed 32-bit words (same values)
     pingpong: bool = False     # FA3's warpgroup turns (named barriers 10/11), either loop
+    # --- session-3 candidate (benchmarks/fp8_log.md), off until measured on a GPU ---
+    persistent: bool = False   # grid = #SMs, each program walks tiles pid, pid + grid, ... in the
+                               # one-tile grid's order; rings and pingpong turns carry across tiles
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -162,6 +165,8 @@ VARIANTS = {
     "pack_fma_pf": ({"pack_p": True, "softmax_fma": True, "prefetch_scales": True}, (64, 128)),
     "pack_fma_pp": ({"pack_p": True, "softmax_fma": True, "pingpong": True}, (64,)),
     "fma_pp": ({"softmax_fma": True, "pingpong": True}, ()),
+    # session 3 (fp8_log.md): the persistent tile loop on top of each head dim's row
+    "persistent": ({"persistent": True}, (64, 128, 256)),
 }
 
 
@@ -295,32 +300,46 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
               q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
               b, h, kvh, m_start, n_blocks,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-              V_STAGES: gl.constexpr):
+              V_STAGES: gl.constexpr, kv_base=0, PERSISTENT: gl.constexpr = False):
+    # kv_base (PERSISTENT): blocks loaded by this program's earlier tiles; the rings' slots and
+    # phases run on across tiles (0 for the one-tile grid: the same code as before)
     NCH: gl.constexpr = HEAD_DIM // 64
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
     if n_blocks > 0:
-        _load_v(v_desc, vs_smem, vs_ready.index(0), b, kvh, 0, 0, NCH)
-        mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, 0, kvh, 0], k_ready.index(0), k_smem.index(0))
+        if PERSISTENT:
+            g0 = kv_base
+            _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES, NCH)
+            s0 = g0 % NUM_STAGES
+            mbarrier.wait(k_empty.index(s0), ((g0 // NUM_STAGES) & 1) ^ 1)
+            mbarrier.expect(k_ready.index(s0), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [b, 0, kvh, 0], k_ready.index(s0),
+                                            k_smem.index(s0))
+        else:
+            _load_v(v_desc, vs_smem, vs_ready.index(0), b, kvh, 0, 0, NCH)
+            mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [b, 0, kvh, 0], k_ready.index(0),
+                                            k_smem.index(0))
     for j in range(n_blocks):
         jn = j + 1
+        gn = kv_base + jn
         if jn < n_blocks:
             # V_{j+1} into its staging slot (last read by the transpose of V_{j+1-V_STAGES}, done
             # before the warpgroup barrier of an earlier iteration), then K_{j+1} once both
             # consumer warpgroups released that K stage (a fresh barrier passes at once).
-            _load_v(v_desc, vs_smem, vs_ready.index(jn % V_STAGES), b, kvh, jn * BLOCK_N,
-                    jn % V_STAGES, NCH)
-            sn = jn % NUM_STAGES
-            mbarrier.wait(k_empty.index(sn), ((jn // NUM_STAGES) & 1) ^ 1)
+            _load_v(v_desc, vs_smem, vs_ready.index(gn % V_STAGES), b, kvh, jn * BLOCK_N,
+                    gn % V_STAGES, NCH)
+            sn = gn % NUM_STAGES
+            mbarrier.wait(k_empty.index(sn), ((gn // NUM_STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(sn), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [b, jn * BLOCK_N, kvh, 0], k_ready.index(sn),
                                             k_smem.index(sn))
         # transpose V_j: staging slot j % V_STAGES -> V^T stage j % NUM_STAGES, 64 columns at a time
-        vs = j % V_STAGES
-        s = j % NUM_STAGES
-        mbarrier.wait(vs_ready.index(vs), (j // V_STAGES) & 1)
-        mbarrier.wait(vt_empty.index(s), ((j // NUM_STAGES) & 1) ^ 1)
+        g = kv_base + j
+        vs = g % V_STAGES
+        s = g % NUM_STAGES
+        mbarrier.wait(vs_ready.index(vs), (g // V_STAGES) & 1)
+        mbarrier.wait(vt_empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
         vt = vt_smem.index(s)
         for c in gl.static_range(NCH):
             _transpose_v(vs_smem.index(vs * NCH + c).reshape([BLOCK_N, 64]),
@@ -402,6 +421,31 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
 
 
 @gluon.jit
+def _tile_of(tile, seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles,
+             CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """_tile for tile index `tile` of the persistent loop (the one-tile grid's order)."""
+    bh = tile // num_m_tiles
+    pid_m = tile % num_m_tiles
+    if CAUSAL:
+        pid_m = num_m_tiles - 1 - pid_m
+    b = bh // heads
+    h = bh % heads
+    kvh = h // (heads // kv_heads)
+    m_start = pid_m * BLOCK_M
+    causal_off = seqlen_k - seqlen_q
+    if CAUSAL:
+        m_end = gl.minimum(m_start + BLOCK_M, seqlen_q)
+        kv_end = gl.maximum(gl.minimum(m_end + causal_off, seqlen_k), 0)
+        n_blocks = gl.cdiv(kv_end, BLOCK_N)
+        full_end = gl.maximum(gl.minimum(m_start + causal_off + 1, seqlen_k), 0)
+        n_unmasked = gl.minimum(full_end // BLOCK_N, n_blocks)
+    else:
+        n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+        n_unmasked = seqlen_k // BLOCK_N
+    return b, h, kvh, m_start, n_blocks, n_unmasked
+
+
+@gluon.jit
 def _tile(seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles,
           CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """This program's (b, h, kv head, first row, key blocks, key blocks needing no mask).
@@ -442,15 +486,15 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, M_WG: gl.constexpr,
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                   FMA: gl.constexpr = False, PINGPONG: gl.constexpr = False,
-                  WG: gl.constexpr = 0):
+                  WG: gl.constexpr = 0, kv_base=0):
     """Key block j without overlap: QK^T_j, softmax, O = O * alpha * v_unit / v_j + P_j V_j.
 
     PINGPONG: FA3's schedule without intra-warpgroup overlap: a turn spans P V_{j-1} (issued and
     waited for) and the issue of QK^T_j; the softmax runs outside the turns, under the other
     warpgroup's GEMMs. The first QK^T of a tile opens with a sync, the caller closes the last
     turn (_named_bar(11 - WG, True) after the loops)."""
-    s = j % NUM_STAGES
-    ph = (j // NUM_STAGES) & 1
+    s = (kv_base + j) % NUM_STAGES
+    ph = ((kv_base + j) // NUM_STAGES) & 1
     k_sc = gl.load(ks_ptr + kv_sc + j)
     v_j = gl.load(vs_ptr + kv_sc + j)
     mbarrier.wait(k_ready.index(s), ph)
@@ -486,11 +530,20 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
               OVERLAP: gl.constexpr, PREFETCH: gl.constexpr = False, FMA: gl.constexpr = False,
-              PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False):
+              PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
+              tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False):
+    """One tile of one consumer warpgroup. PERSISTENT: the tile `tile`, with the K / V^T rings at
+    kv_base and Q's phase q_phase; Q is released (q_empty) after the tile's last QK^T, and the
+    pingpong turns run on from the previous tile (the caller opened the first one)."""
     M_WG: gl.constexpr = BLOCK_M // 2
     fp8: gl.constexpr = q_smem.dtype
-    b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
-                                                     num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
+    if PERSISTENT:
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile_of(tile, seqlen_q, seqlen_k, heads,
+                                                            kv_heads, num_m_tiles, CAUSAL,
+                                                            BLOCK_M, BLOCK_N)
+    else:
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
+                                                         num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
     causal_off = seqlen_k - seqlen_q
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 32])
@@ -513,14 +566,15 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
     v_unit = 1.0   # acc holds O / v_unit (v_unit = v_scale of the last block added)
 
-    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(q_bar, q_phase)
 
     if OVERLAP:
         # FA3 alg. 2: iteration j issues QK^T_j, rescales O while it runs, issues P_{j-1} V_{j-1},
         # then does the softmax of block j while P V is in flight.
         if PINGPONG:
-            if WG == 0:
-                _named_bar(10, True)                   # warpgroup 0 opens its own first turn
+            if not PERSISTENT:
+                if WG == 0:
+                    _named_bar(10, True)               # warpgroup 0 opens its own first turn
         if PACK_P:
             p_prev = _pack_p(s_zero, M_WG, p_layout)
         else:
@@ -529,11 +583,12 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
         if n_blocks > 0:
             k_sc = gl.load(ks_ptr + kv_sc)
             v_unit = gl.load(vs_ptr + kv_sc)
-            mbarrier.wait(k_ready.index(0), 0)
-            k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s0 = kv_base % NUM_STAGES
+            mbarrier.wait(k_ready.index(s0), (kv_base // NUM_STAGES) & 1)
+            k_t = k_smem.index(s0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             s_acc = warpgroup_mma_wait(0, deps=[s_tok])
-            mbarrier.arrive(k_empty.index(0), count=1)  # K_0 read
+            mbarrier.arrive(k_empty.index(s0), count=1)  # K_0 read
             if n_unmasked > 0:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, 0, seqlen_k,
                                                      causal_off, False, CAUSAL, BLOCK_N, s_layout, FMA)
@@ -551,8 +606,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
         k_nx = gl.load(ks_ptr + kv_sc + gl.minimum(1, kv_nblk - 1))
         v_nx = gl.load(vs_ptr + kv_sc)
         for j in range(1, n_blocks):
-            s = j % NUM_STAGES
-            sp = (j - 1) % NUM_STAGES
+            s = (kv_base + j) % NUM_STAGES
+            sp = (kv_base + j - 1) % NUM_STAGES
             if PREFETCH:
                 k_sc = k_nx
                 v_prev = v_nx
@@ -561,7 +616,7 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             else:
                 k_sc = gl.load(ks_ptr + kv_sc + j)
                 v_prev = gl.load(vs_ptr + kv_sc + (j - 1))
-            mbarrier.wait(k_ready.index(s), (j // NUM_STAGES) & 1)
+            mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
             if PINGPONG:
                 _named_bar(10 + WG, False)             # this warpgroup's turn
             k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
@@ -569,7 +624,7 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             # O in units of v_scale[j-1] before P_{j-1} V_{j-1} is added
             acc = acc * gl.expand_dims(alpha_o * (v_unit / v_prev), 1)
             v_unit = v_prev
-            mbarrier.wait(vt_ready.index(sp), ((j - 1) // NUM_STAGES) & 1)
+            mbarrier.wait(vt_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
             v = vt_smem.index(sp).permute((1, 0))          # (BLOCK_N, HEAD_DIM), K-major
             if PACK_P:
                 o_tok = warpgroup_mma(_unpack_p(p_prev, M_WG, fp8, p_layout), v, acc, is_async=True)
@@ -593,13 +648,15 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
                                            assert_trivial=True)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(vt_empty.index(sp), count=1)   # V^T_{j-1} read
+        if PERSISTENT:
+            mbarrier.arrive(q_empty, count=1)          # every QK^T of this tile has completed
         if n_blocks > 0:
             jl = n_blocks - 1
-            sl = jl % NUM_STAGES
+            sl = (kv_base + jl) % NUM_STAGES
             v_last = gl.load(vs_ptr + kv_sc + jl)
             acc = acc * gl.expand_dims(alpha_o * (v_unit / v_last), 1)
             v_unit = v_last
-            mbarrier.wait(vt_ready.index(sl), (jl // NUM_STAGES) & 1)
+            mbarrier.wait(vt_ready.index(sl), ((kv_base + jl) // NUM_STAGES) & 1)
             v = vt_smem.index(sl).permute((1, 0))
             if PACK_P:
                 o_tok = warpgroup_mma(_unpack_p(p_prev, M_WG, fp8, p_layout), v, acc, is_async=True)
@@ -612,23 +669,26 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
         # one block at a time: QK^T_j, softmax, P_j V_j (fewer live registers: hdim 256); the
         # blocks that need no mask first, in their own loop
         if PINGPONG:
-            if WG == 0:
-                _named_bar(10, True)                   # warpgroup 0 opens its own first turn
+            if not PERSISTENT:
+                if WG == 0:
+                    _named_bar(10, True)               # warpgroup 0 opens its own first turn
         for j in range(0, n_unmasked):
             acc, m_i, l_i, v_unit = _block_serial(
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                 False, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
-                FMA, PINGPONG, WG)
+                FMA, PINGPONG, WG, kv_base)
         for j in range(n_unmasked, n_blocks):
             acc, m_i, l_i, v_unit = _block_serial(
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                 True, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
-                FMA, PINGPONG, WG)
+                FMA, PINGPONG, WG, kv_base)
         if PINGPONG:
             if n_blocks > 0:
                 _named_bar(11 - WG, True)              # closes the turn of the last P V
+        if PERSISTENT:
+            mbarrier.arrive(q_empty, count=1)          # every QK^T of this tile has completed
 
     # epilogue: out = O * v_scale[last] / l; rows that saw no key give 0 and lse = -inf
     l_o = gl.convert_layout(l_i, row_o)
@@ -645,6 +705,7 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     gl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
     gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+    return n_blocks
 
 
 @gluon.jit
@@ -679,6 +740,87 @@ def _consumer_wg1(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
               PINGPONG)
 
 
+@gluon.jit
+def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
+                         vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                         heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                         q_nblk, kv_nblk, num_tiles,
+                         WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                         BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                         NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+                         PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
+                         PINGPONG: gl.constexpr):
+    # pingpong: each tile leaves one arrival on barrier 10 (the one-tile kernel exits with it),
+    # which is the opening of the next tile's first turn; so warpgroup 0 opens only once
+    if PINGPONG:
+        if WG == 0:
+            _named_bar(10, True)
+    c = gl.program_id(0) * 0  # K / V^T ring position, carried across tiles (as the producer's)
+    i = gl.program_id(0) * 0  # tiles done: q_bar's phase
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        n_blocks = _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+                  out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                  heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
+                  kv_nblk, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
+                  FMA, PACK_P, PINGPONG, tile, c, i & 1, q_empty, True)
+        c += n_blocks
+        i += 1
+
+
+@gluon.jit
+def _consumer_persistent_wg0(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
+                             vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                             heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                             q_nblk, kv_nblk, num_tiles,
+                             CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                             HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                             OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
+                             PACK_P: gl.constexpr, PINGPONG: gl.constexpr):
+    _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
+                         vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                         heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                         q_nblk, kv_nblk, num_tiles, 0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG)
+
+
+@gluon.jit
+def _consumer_persistent_wg1(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
+                             vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                             heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                             q_nblk, kv_nblk, num_tiles,
+                             CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                             HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                             OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
+                             PACK_P: gl.constexpr, PINGPONG: gl.constexpr):
+    _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
+                         vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                         heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                         q_nblk, kv_nblk, num_tiles, 1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG)
+
+
+@gluon.jit
+def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
+                         q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
+                         seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
+                         CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                         HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                         V_STAGES: gl.constexpr):
+    # the consumers' tile sequence; Q of the next tile once both consumer warpgroups have
+    # finished the current tile's QK^T (q_empty), i.e. under their last P V and epilogue
+    c = gl.program_id(0) * 0
+    i = gl.program_id(0) * 0
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        b, h, kvh, m_start, n_blocks, _nu = _tile_of(tile, seqlen_q, seqlen_k, heads, kv_heads,
+                                                     num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
+        mbarrier.wait(q_empty, (i & 1) ^ 1)
+        _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
+                  q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
+                  b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, c, True)
+        c += n_blocks
+        i += 1
+
+
 # The integer arguments are not specialised (value 1 / multiple of 16): they only feed index
 # arithmetic and loop bounds, and each distinct pattern of them was a separate 3-6 s compile
 # (every case of the GPU test grid compiled its own kernel; 14 of 14 at hdim 128). Unspecialised,
@@ -697,7 +839,8 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         V_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                         PREFETCH: gl.constexpr = False, SOFTMAX_FMA: gl.constexpr = False,
-                        PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False):
+                        PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
+                        PERSISTENT: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
 
@@ -724,6 +867,29 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
         mbarrier.init(vt_empty.index(i), count=2)
     for i in gl.static_range(V_STAGES):
         mbarrier.init(vs_ready.index(i), count=1)
+
+    if PERSISTENT:
+        # grid = min(tiles, SMs); each program walks tiles pid, pid + grid, ...
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_empty, count=2)  # one arrival per consumer warpgroup
+        num_tiles = q_desc.shape[0] * heads * num_m_tiles
+        gl.warp_specialize([
+            (_consumer_persistent_wg0, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
+                vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
+                kv_nblk, num_tiles, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG)),
+            (_consumer_persistent_wg1, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
+                vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
+                kv_nblk, num_tiles, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG)),
+            (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
+                q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
+                seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
+                CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES)),
+        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+        return
 
     gl.warp_specialize([
         (_consumer_wg0, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
@@ -752,6 +918,17 @@ def smem_layout(head_dim: int, rank: int = 4) -> gl.NVMMASharedLayout:
     """Shared layout of a [1, BLOCK, 1, head_dim] e4m3 TMA box: the widest swizzle of a row."""
     return gl.NVMMASharedLayout(swizzle_byte_width=min(128, head_dim), element_bitwidth=8,
                                 rank=rank)
+
+
+_NUM_SMS = {}
+
+
+def _num_sms(device) -> int:
+    idx = torch.device(device).index or 0
+    if idx not in _NUM_SMS:
+        _NUM_SMS[idx] = (torch.cuda.get_device_properties(idx).multi_processor_count
+                         if torch.device(device).type == "cuda" else 132)
+    return _NUM_SMS[idx]
 
 
 def shared_memory_bytes(head_dim: int, cfg: Fp8FwdConfig) -> int:
@@ -859,6 +1036,8 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     v_desc = _descriptor(v, cfg.block_n, 64)
     num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
     grid = (batch * heads * num_m_tiles,)
+    if cfg.persistent:
+        grid = (min(grid[0], _num_sms(dev)),)
     cx = _constexprs(head_dim, causal, cfg)
     if cx["SOFTMAX_FMA"] and not scale > 0:   # the raw-score max needs a positive scale
         cx["SOFTMAX_FMA"] = False
@@ -895,7 +1074,7 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma, PACK_P=cfg.pack_p,
-                PINGPONG=cfg.pingpong)
+                PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent)
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
