@@ -115,6 +115,10 @@ JOBS.update({
     "o128c": (50, ["default", "pdyn_tmao_fma"], [(128, True, s) for s in CAUSAL_SEQLENS], []),
     "o128n": (40, ["default", "persistent_tmao_fma"],
               [(128, False, 1024), (128, False, 2048), (128, False, 8192)], []),
+    # v7 (hopper_log.md v7): hdim 64 non-causal, where cuDNN leads at 1k-2k
+    "n64": (60, ["default", "d64_3wg_n128_s3", "d64_3wg_n128_ptma", "d64_3wg_n128_ptma_s3",
+                 "d64_3wg_n128_pdyn"],
+            [(64, False, 1024), (64, False, 2048), (64, False, 8192)], []),
 })
 DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
 # pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each

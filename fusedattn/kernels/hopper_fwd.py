@@ -277,6 +277,18 @@ VARIANTS = {
                                "num_consumers": 3, "consumer_regs": 160, "maxnreg": 128,
                                "softmax_fma": True, "overlap": False, "persistent": True,
                                "scheduler": 1, "tma_store": True, "wg_bounds": True}, (64,)),
+    # v7 candidates (hopper_log.md v7), hdim 64 non-causal, where cuDNN leads at 1k-2k: the
+    # shipped 3-warpgroup row made persistent (static and dynamic order) with the TMA store
+    "d64_3wg_n128_ptma": ({"block_m": 192, "block_n": 128, "num_stages": 2, "num_consumers": 3,
+                           "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
+                           "overlap": False, "persistent": True, "tma_store": True}, (64,)),
+    "d64_3wg_n128_ptma_s3": ({"block_m": 192, "block_n": 128, "num_stages": 3,
+                              "num_consumers": 3, "consumer_regs": 160, "maxnreg": 128,
+                              "softmax_fma": True, "overlap": False, "persistent": True,
+                              "tma_store": True}, (64,)),
+    "d64_3wg_n128_s3": ({"block_m": 192, "block_n": 128, "num_stages": 3, "num_consumers": 3,
+                         "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
+                         "overlap": False}, (64,)),
 }
 
 
