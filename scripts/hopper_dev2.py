@@ -80,6 +80,9 @@ VERIFIED = {"v3", "full", "no_overlap", "plain",  # checked on the GPU before (r
 VERIFIED_RUN7 = {"pdyn_tma_fma", "pdyn_fma", "pdyn_lpt_tma_fma", "wgb_fma", "pdyn_wgb_fma",
                  "d64_3wg_n128_wgb", "d64_3wg_n128_pdyn", "d64_3wg_n128_pdyn_wgb"}
 VERIFIED |= VERIFIED_RUN7
+# run 11 (hopper_log.md v6 / v7 results): smoke and checks passed
+VERIFIED |= {"pdyn_tmao_fma", "persistent_tmao_fma", "d64_3wg_n128_s3", "d64_3wg_n128_ptma",
+             "d64_3wg_n128_ptma_s3"}
 EXTRA_VARIANTS = {"plain": {"overlap": False}}  # WS alone: no overlap, no pingpong (runs 1-2)
 
 ABLATION_SHAPE = (4, 8448, 16, 128)

@@ -45,6 +45,8 @@ CASES = [
     (128, True, {"variant": "persistent_tma_fma"}),
     (64, True, {"variant": "d64_3wg"}),
     (64, False, {"variant": "d64_3wg_persistent"}),
+    (64, False, {"variant": "d64_3wg_n128"}),
+    (128, False, {"variant": "persistent_tma_fma"}),
     # v5 candidates (hopper_log.md v5): dynamic longest-first scheduler, per-warpgroup bounds
     (128, True, {"variant": "pdyn_tma_fma"}),
     (256, True, {"variant": "pdyn_wgb_fma"}),
@@ -68,18 +70,24 @@ VERIFIED_SASS = {
     (128, False, (("variant", "v3"),)): "11c561194241e81b95abcb08263f05ed24d38a37",
     (256, False, (("variant", "v3"),)): "58ade058aff714615a221cf04f58979fbf489e1d",
     (128, True, (("variant", "v3"),)): "05729e31c85eead490d7d1e5458ecc8d1b16f553",
-    # the shipped table since device run 5; GPU grid passed in device run 6 (RESULTS.md)
-    (64, False, ()): "1521990f405bc875bc3fb4dd55de2a42fd865df3",
-    (128, False, ()): "79711b954030bcfca2292d3796e16febe383562f",
+    # the non-causal rows of device runs 5-10 (hdim 64 / 128 now variants d64_3wg_n128 /
+    # persistent_tma_fma); GPU grid passed in device run 6 (RESULTS.md)
+    (64, False, (("variant", "d64_3wg_n128"),)): "1521990f405bc875bc3fb4dd55de2a42fd865df3",
+    (128, False, (("variant", "persistent_tma_fma"),)): "79711b954030bcfca2292d3796e16febe383562f",
     (256, False, ()): "daa4959601bb7f44c052589761ea2332d390a1bf",
+    # the rows adopted after device run 11 (d64_3wg_n128_ptma, persistent_tmao_fma,
+    # pdyn_tmao_fma); GPU grid passed in device run 12 (RESULTS.md)
+    (64, False, ()): "920a56d5be8bf9093bc69a107a4c4d4802f2cbcf",
+    (128, False, ()): "0dfdbec3b077a31390f1a6bdefbd6f3ee631166f",
+    (128, True, ()): "2b20016a8714b16fbc83391cf3f287fb63b55d1f",
     # the causal rows of runs 5-6 (now variant "fma"); GPU grid passed in device run 6
     (64, True, (("variant", "fma"),)): "f97bf81590f99dc114f80c5094727336d766097e",
     (128, True, (("variant", "fma"),)): "8e3eedc190fb1a157e2268b2cbc21e30a9c7d4bc",
     (256, True, (("variant", "fma"),)): "647e2dcba2bf90b0ddbf24d4ab5482588d407487",
     # the causal rows since device run 7 (d64_3wg_n128_pdyn_wgb, pdyn_tma_fma, pdyn_fma); GPU grid
-    # passed in device run 8 (RESULTS.md)
+    # passed in device run 8 (RESULTS.md); hdim 128's is now variant pdyn_tma_fma
     (64, True, ()): "c21eeff6849efa1696561c12d663e9bf531308bb",
-    (128, True, ()): "cb1fd3cadb9242aaf73155c4188f1d0b5457d771",
+    (128, True, (("variant", "pdyn_tma_fma"),)): "cb1fd3cadb9242aaf73155c4188f1d0b5457d771",
     (256, True, ()): "651695e838e688b992d36273d8a18bf29e4c12e0",
 }
 

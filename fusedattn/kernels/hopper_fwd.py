@@ -174,9 +174,13 @@ def _base(head_dim: int, **overrides) -> FwdConfig:
 # of 2 rounds).
 CONFIGS = {
     # 3 consumer warpgroups x 64 rows, BLOCK_N 128 without overlap (FA3's 192-row tile):
-    # s=2048 441 vs v3 347 (+27%), s=8192 516 vs 405 (+27%); best of 6 variants at both.
+    # s=2048 441 vs v3 347 (+27%), s=8192 516 vs 405 (+27%); best of 6 variants at both (run 5).
+    # Made persistent (static order) with the TMA store (variant d64_3wg_n128_ptma), device run 11:
+    # s=1k/2k/8k 381/444/495 vs the previous row 353/429/504 (+7.8/+3.4/-1.7%); the dynamic
+    # order won 1k (389) but lost 5% at 8k, 3 stages gave nothing.
     (64, False): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
-                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False),
+                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
+                       persistent=True, tma_store=True),
     # 3 warpgroups x 64 rows, BLOCK_N 128, dynamic longest-first persistent scheduler, TMA store,
     # per-warpgroup causal bounds (variant d64_3wg_n128_pdyn_wgb), device run 7: causal
     # s=1k/2k/4k/8k 259/362/415/463 vs the previous row (v3+FFMA) 213/295/363/409
@@ -185,12 +189,17 @@ CONFIGS = {
                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
                       persistent=True, scheduler=1, tma_store=True, wg_bounds=True),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
-    # 631 (+12%).
-    (128, False): _base(128, persistent=True, tma_store=True, softmax_fma=True),
+    # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
+    # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
+    (128, False): _base(128, persistent=True, tma_store=True, softmax_fma=True, o_buffer=True),
     # dynamic longest-first persistent scheduler (FA3's, over L2 sections) + TMA store + FFMA
     # (variant pdyn_tma_fma), device run 7: causal s=1k/2k/4k/8k 384/481/551/603 vs the previous
     # row (v3+FFMA) 329/443/530/575 (+17/+9/+4/+5%); one L2 section instead: 335/412/496/591.
-    (128, True): _base(128, persistent=True, scheduler=1, tma_store=True, softmax_fma=True),
+    # Then O in its own shared-memory tile (o_buffer, variant pdyn_tmao_fma), device run 11:
+    # s=1k/2k/4k 417/511/569 vs 384/482/557 (+8.7/+6.1/+2.2%); 8k 615 vs 649, but the old row's
+    # two rounds there differed by 18.9% (the new one's by 1.8%; the old row made 601 in run 10).
+    (128, True): _base(128, persistent=True, scheduler=1, tma_store=True, softmax_fma=True,
+                       o_buffer=True),
     # persistent + TMA store + FFMA: s=512 488 vs 398 (+23%), s=2048 645 vs 595 (+8.5%),
     # s=8192 704 vs 680 (+3.6%).
     (256, False): _base(256, persistent=True, tma_store=True, softmax_fma=True),
