@@ -122,6 +122,14 @@ JOBS.update({
     "n64": (60, ["default", "d64_3wg_n128_s3", "d64_3wg_n128_ptma", "d64_3wg_n128_ptma_s3",
                  "d64_3wg_n128_pdyn"],
             [(64, False, 1024), (64, False, 2048), (64, False, 8192)], []),
+    # v8 (hopper_log.md v8): unmasked / masked K/V blocks in two loops, on top of each table row
+    "s128": (60, ["default", "split"],
+             [(128, True, 1024), (128, True, 2048), (128, True, 4096), (128, False, 1024),
+              (128, False, 2048), (128, False, 8192)], []),
+    "s256": (60, ["default", "split", "split_tma"],
+             [(256, True, 2048), (256, True, 4096), (256, False, 2048), (256, False, 8192)], []),
+    "s64": (50, ["default", "split"],
+            [(64, True, 2048), (64, False, 1024), (64, False, 2048)], []),
 })
 DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
 # pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each

@@ -2,7 +2,8 @@
 
     ncu --profile-from-start off ... python3 scripts/ncu_target.py IMPL D CAUSAL SEQLEN
 
-IMPL: hopper (the shipped row), hopper:VARIANT (hopper_fwd.VARIANTS), fa3, cudnn. The shape is
+IMPL: hopper (the shipped row), hopper:VARIANT (hopper_fwd.VARIANTS), fa3, cudnn, hopper-fp8
+(the FP8 kernel on quantize_fp8's tensors, rotated q/k), fa3-fp8 (FA3 on e4m3 casts). The shape is
 the bench's: batch 16384 // seqlen, heads 2048 // head_dim, bf16. Two warm-up calls, then the
 third between cudaProfilerStart and cudaProfilerStop (so ncu sees only its kernels).
 """
@@ -23,7 +24,18 @@ def main():
     torch.manual_seed(0)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     scale = d ** -0.5
-    if impl.startswith("hopper"):
+    if impl == "hopper-fp8":
+        import fusedattn
+        from fusedattn.kernels import hopper_fp8_fwd
+        qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
+        kq = fusedattn.quantize_fp8(k, role="k", rotate=True)
+        vq = fusedattn.quantize_fp8(v, role="v")
+        fn = lambda: hopper_fp8_fwd.forward(qq, kq, vq, causal, scale)  # noqa: E731
+    elif impl == "fa3-fp8":
+        fa3 = import_fa3()
+        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+        fn = lambda: fa3.flash_attn_func(q8, k8, v8, causal=causal)  # noqa: E731
+    elif impl.startswith("hopper"):
         cfg = None
         if ":" in impl:
             cfg = hopper_fwd.variant_config(impl.split(":", 1)[1], d, causal)

@@ -135,6 +135,8 @@ class FwdConfig:
     wg_bounds: bool = False       # causal: each consumer warpgroup computes only the K/V blocks
                                   # its own rows see (not with pingpong or the static persistent)
     # --- v6 candidate (hopper_log.md v6), off by default until measured on a GPU ---
+    split_loops: bool = False     # v8: unmasked and masked K/V blocks in two loops, one softmax
+                                  # each (smaller hot loop; block 0 always the masked softmax)
     o_buffer: bool = False        # with persistent + tma_store (2 consumers): O gets its own
                                   # shared-memory tile instead of reusing Q's, so the next tile's
                                   # Q load starts after the last QK^T, not after the TMA store
@@ -298,7 +300,14 @@ VARIANTS = {
     "d64_3wg_n128_s3": ({"block_m": 192, "block_n": 128, "num_stages": 3, "num_consumers": 3,
                          "consumer_regs": 160, "maxnreg": 128, "softmax_fma": True,
                          "overlap": False}, (64,)),
+    # v8 (hopper_log.md v8): the shipped row with its unmasked and masked K/V blocks in two
+    # loops (in ON_TABLE: applied on top of the table's row, not of BASE)
+    "split": ({"split_loops": True}, None),
+    # hdim 256 causal (pointer-store epilogue: run 12's profile shows LSU-throttle stalls there)
+    "split_tma": ({"split_loops": True, "tma_store": True}, (256,)),
 }
+# variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
+ON_TABLE = {"split", "split_tma"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -321,6 +330,8 @@ def variant_config(name: str, head_dim: int, causal: bool = False, **overrides) 
     plus its VARIANTS entry."""
     if name == "default":
         return get_config(head_dim, causal, **overrides)
+    if name in ON_TABLE:
+        return get_config(head_dim, causal, **{**VARIANTS[name][0], **overrides})
     return base_config(head_dim, **{**VARIANTS[name][0], **overrides})
 
 
@@ -517,6 +528,76 @@ def _turn_pass(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr, PP_MODE: gl.
 
 
 @gluon.jit
+def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev, alpha_o,
+                  m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base,
+                  MASK: gl.constexpr, WG: gl.constexpr, CAUSAL: gl.constexpr,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
+                  row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr):
+    # one steady-state iteration of _consumer's overlapped loop (the same code as its body), with
+    # the mask chosen at compile time (v8 split loops)
+    s = (kv_base + j) % NUM_STAGES
+    sp = (kv_base + j - 1) % NUM_STAGES
+    mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
+    if PP_MODE == 0:
+        _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
+    else:
+        _turn_wait(turn_bars, turn_base + j - 1, WG, PINGPONG, PP_MODE)
+    k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+    acc = acc * gl.expand_dims(alpha_o, 1)
+    mbarrier.wait(v_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
+    v = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
+    o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+    _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
+    s_acc = warpgroup_mma_wait(1, deps=[s_tok])
+    mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
+    p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
+                                         MASK, CAUSAL, BLOCK_N, s_layout, FMA)
+    alpha_o = gl.convert_layout(alpha, row_o)
+    p_prev = gl.convert_layout(p.to(p_prev.dtype), p_layout)
+    acc = warpgroup_mma_wait(0, deps=[o_tok])
+    mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)  # V_{j-1} read
+    return acc, p_prev, alpha_o, m_i, l_i
+
+
+@gluon.jit
+def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i, s_zero,
+                rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base,
+                MASK: gl.constexpr, WG: gl.constexpr, CAUSAL: gl.constexpr,
+                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
+                row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr):
+    # one iteration of _consumer's block-by-block loop (the same code as its body), with the
+    # mask chosen at compile time (v8 split loops)
+    s = (kv_base + j) % NUM_STAGES
+    ph = ((kv_base + j) // NUM_STAGES) & 1
+    mbarrier.wait(k_ready.index(s), ph)
+    if PP_MODE == 0:
+        _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
+    else:
+        if j == 0:
+            _turn_wait(turn_bars, turn_base, WG, PINGPONG, PP_MODE)
+    k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+    _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
+    s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+    mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
+    p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
+                                         MASK, CAUSAL, BLOCK_N, s_layout, FMA)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+    p_op = gl.convert_layout(p.to(q.dtype), p_layout)
+    mbarrier.wait(v_ready.index(s), ph)
+    if PP_MODE != 0:
+        _turn_wait(turn_bars, turn_base + j + 1, WG, PINGPONG, PP_MODE)
+    v = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+    o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[o_tok])
+    mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=1)  # V_j read
+    return acc, m_i, l_i
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
@@ -526,7 +607,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
               kv_base=0, turn_base=0, q_phase=0, q_empty=None, o_desc=None,
               D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
               TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
-              NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
+              NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
+              SPLIT: gl.constexpr = False):
     """One (batch, head, m-tile) work item of one consumer warpgroup.
 
     WGB (v5, causal, no pingpong): this warpgroup's own causal bounds: it computes only the K/V
@@ -592,41 +674,62 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 _turn_pass(turn_bars, WG, PINGPONG)
             s_acc = warpgroup_mma_wait(0, deps=[s_tok])
             mbarrier.arrive(kv_empty.index(s0), count=1)  # K_0 read
-            if n_unmasked > 0:
+            if SPLIT:
+                # once per tile: the masked softmax is exact for a fully visible block too
+                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
+                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
+            elif n_unmasked > 0:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
                                                      qk_scale, False, CAUSAL, BLOCK_N, s_layout, FMA)
             else:
                 p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
                                                      qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
+        if SPLIT:
+            # v8: the unmasked blocks and the masked ones in two loops, each with one softmax in
+            # its body (one loop with both spent 2x the instruction working set in the hot loop:
+            # run 12's profile, no-instruction stalls 6x FA3's)
+            for j in range(1, n_unmasked):
+                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                    j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
+                    alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
+                    turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
+                    PP_MODE, s_layout, row_o, p_layout, FMA)
+            for j in range(gl.maximum(n_unmasked, 1), n_blocks):
+                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                    j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
+                    alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
+                    turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
+                    PP_MODE, s_layout, row_o, p_layout, FMA)
         # steady state: QK^T of block j and P V of block j-1 in flight together
-        for j in range(1, n_blocks):
-            s = (kv_base + j) % NUM_STAGES
-            sp = (kv_base + j - 1) % NUM_STAGES
-            mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
-            if PP_MODE == 0:
-                _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
-            else:
-                _turn_wait(turn_bars, turn_base + j - 1, WG, PINGPONG, PP_MODE)
-            k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-            acc = acc * gl.expand_dims(alpha_o, 1)
-            mbarrier.wait(v_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
-            v = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
-            o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
-            _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
-            s_acc = warpgroup_mma_wait(1, deps=[s_tok])
-            mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
-            if j < n_unmasked:
-                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
-                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout, FMA)
-            else:
-                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
-                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
-            alpha_o = gl.convert_layout(alpha, row_o)
-            p_prev = gl.convert_layout(p.to(dtype), p_layout)
-            acc = warpgroup_mma_wait(0, deps=[o_tok])
-            mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)  # V_{j-1} read
+        if not SPLIT:
+            for j in range(1, n_blocks):
+                s = (kv_base + j) % NUM_STAGES
+                sp = (kv_base + j - 1) % NUM_STAGES
+                mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
+                if PP_MODE == 0:
+                    _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
+                else:
+                    _turn_wait(turn_bars, turn_base + j - 1, WG, PINGPONG, PP_MODE)
+                k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+                s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+                acc = acc * gl.expand_dims(alpha_o, 1)
+                mbarrier.wait(v_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
+                v = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
+                o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+                _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
+                s_acc = warpgroup_mma_wait(1, deps=[s_tok])
+                mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
+                if j < n_unmasked:
+                    p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                                                         qk_scale, False, CAUSAL, BLOCK_N, s_layout, FMA)
+                else:
+                    p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                                                         qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
+                alpha_o = gl.convert_layout(alpha, row_o)
+                p_prev = gl.convert_layout(p.to(dtype), p_layout)
+                acc = warpgroup_mma_wait(0, deps=[o_tok])
+                mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)  # V_{j-1} read
         if PERSISTENT:
             if TMA_STORE != 1:
                 mbarrier.arrive(q_empty, count=1)  # every QK^T of this tile has completed
@@ -649,35 +752,49 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             turns = gl.maximum(n_blocks - 1, 0)
     else:
         # PP_MODE >= 1 (FA3's non-overlapped schedule): a turn covers P V_{j-1} and QK^T_j.
-        for j in range(n_blocks):
-            s = (kv_base + j) % NUM_STAGES
-            ph = ((kv_base + j) // NUM_STAGES) & 1
-            mbarrier.wait(k_ready.index(s), ph)
-            if PP_MODE == 0:
-                _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
-            else:
-                if j == 0:
-                    _turn_wait(turn_bars, turn_base, WG, PINGPONG, PP_MODE)
-            k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-            _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
-            s_acc = warpgroup_mma_wait(0, deps=[s_tok])
-            mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
-            if j < n_unmasked:
-                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
-                                                     qk_scale, False, CAUSAL, BLOCK_N, s_layout, FMA)
-            else:
-                p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
-                                                     qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            mbarrier.wait(v_ready.index(s), ph)
-            if PP_MODE != 0:
-                _turn_wait(turn_bars, turn_base + j + 1, WG, PINGPONG, PP_MODE)
-            v = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
-            o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[o_tok])
-            mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=1)  # V_j read
+        if SPLIT:  # v8: unmasked and masked blocks in two loops (see the overlapped path)
+            for j in range(0, n_unmasked):
+                acc, m_i, l_i = _plain_step(
+                    j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i,
+                    s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base, False, WG,
+                    CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG, PP_MODE, s_layout, row_o,
+                    p_layout, FMA)
+            for j in range(gl.maximum(n_unmasked, 0), n_blocks):
+                acc, m_i, l_i = _plain_step(
+                    j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i,
+                    s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base, True, WG,
+                    CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG, PP_MODE, s_layout, row_o,
+                    p_layout, FMA)
+        if not SPLIT:
+            for j in range(n_blocks):
+                s = (kv_base + j) % NUM_STAGES
+                ph = ((kv_base + j) // NUM_STAGES) & 1
+                mbarrier.wait(k_ready.index(s), ph)
+                if PP_MODE == 0:
+                    _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
+                else:
+                    if j == 0:
+                        _turn_wait(turn_bars, turn_base, WG, PINGPONG, PP_MODE)
+                k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+                s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+                _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
+                s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+                mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
+                if j < n_unmasked:
+                    p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                                                         qk_scale, False, CAUSAL, BLOCK_N, s_layout, FMA)
+                else:
+                    p, alpha, m_i, l_i = _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off,
+                                                         qk_scale, True, CAUSAL, BLOCK_N, s_layout, FMA)
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                mbarrier.wait(v_ready.index(s), ph)
+                if PP_MODE != 0:
+                    _turn_wait(turn_bars, turn_base + j + 1, WG, PINGPONG, PP_MODE)
+                v = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+                o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[o_tok])
+                mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=1)  # V_j read
         if PP_MODE != 0:
             if n_blocks > 0:
                 _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
@@ -760,12 +877,12 @@ def _consumer_wg1(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                   TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
     _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
               1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB)
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
 
 
 @gluon.jit
@@ -776,12 +893,12 @@ def _consumer_wg2(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                   TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
     _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_bars,
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
               2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB)
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
 
 
 @gluon.jit
@@ -792,7 +909,7 @@ def _consumer_wg0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                   TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
+                  NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
     if PINGPONG:
         if PP_MODE == 2:
             _named_bar(1, True)  # warpgroup 0 opens its own first turn (FA3's mma_init)
@@ -800,7 +917,7 @@ def _consumer_wg0(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tur
               out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off, qk_scale,
               m_start, n_blocks, n_unmasked,
               0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB)
+              0, 0, 0, None, o_desc, D_REAL, False, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
 
 
 @gluon.jit
@@ -811,7 +928,8 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                          OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                          TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                         NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+                         NC: gl.constexpr = 2, FMA: gl.constexpr = False,
+                         SPLIT: gl.constexpr = False):
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -829,7 +947,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          m_start, n_blocks, n_unmasked,
                          WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
                          c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE,
-                         NC, FMA)
+                         NC, FMA, False, SPLIT)
         i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -843,12 +961,13 @@ def _consumer_persistent_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                             NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+                             NC: gl.constexpr = 2, FMA: gl.constexpr = False,
+                         SPLIT: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT)
 
 
 @gluon.jit
@@ -859,12 +978,13 @@ def _consumer_persistent_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                             NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+                             NC: gl.constexpr = 2, FMA: gl.constexpr = False,
+                         SPLIT: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT)
 
 
 @gluon.jit
@@ -875,12 +995,13 @@ def _consumer_persistent_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                             NC: gl.constexpr = 2, FMA: gl.constexpr = False):
+                             NC: gl.constexpr = 2, FMA: gl.constexpr = False,
+                         SPLIT: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1006,7 +1127,7 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                       BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                       OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                       TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
-                      NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False):
+                      NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -1025,7 +1146,7 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                              sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
                              WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
                              PINGPONG, c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE,
-                             PP_MODE, NC, FMA, WGB)
+                             PP_MODE, NC, FMA, WGB, SPLIT)
             i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -1040,12 +1161,12 @@ def _consumer_dynamic_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                          WGB: gl.constexpr = False):
+                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
 
 
 @gluon.jit
@@ -1057,12 +1178,12 @@ def _consumer_dynamic_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                          WGB: gl.constexpr = False):
+                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
 
 
 @gluon.jit
@@ -1074,12 +1195,12 @@ def _consumer_dynamic_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                          WGB: gl.constexpr = False):
+                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
 
 
 @gluon.jit
@@ -1093,7 +1214,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
                     NUM_CONSUMERS: gl.constexpr = 2, SOFTMAX_FMA: gl.constexpr = False,
                     tile_counter=None, l2_heads=None, DYNAMIC: gl.constexpr = False,
-                    WG_SKIP: gl.constexpr = False):
+                    WG_SKIP: gl.constexpr = False, SPLIT_LOOPS: gl.constexpr = False):
     # 1-D grid over (batch * heads) x m-tiles, (batch, head) major so that neighbouring programs
     # share K/V in L2; with a causal mask the longest tiles (largest m) go first.
     # PERSISTENT: grid = number of SMs, each program walks the tiles pid, pid + grid, ...
@@ -1168,17 +1289,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                     (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                     (_consumer_dynamic_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -1190,12 +1311,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                     (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -1207,17 +1328,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
                 (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
                 (_consumer_persistent_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
@@ -1228,12 +1349,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
                 (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
@@ -1245,17 +1366,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                 (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                 (_consumer_wg2, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
                     v_ready, kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, 0,
                     NUM_CONSUMERS)),
@@ -1266,12 +1387,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                 (_consumer_wg1, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
                     turn_bars, out_ptr, lse_ptr, b, h, heads, seqlen_q, seqlen_k, causal_off,
                     qk_scale, m_start, n_blocks, n_unmasked, o_desc, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
                     v_ready, kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES)),
             ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -1697,6 +1818,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         extra["WG_SKIP"] = True
     if fma_off:
         extra["SOFTMAX_FMA"] = False
+    if cfg.split_loops:
+        extra["SPLIT_LOOPS"] = True
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2):
         raise ValueError("o_buffer needs tma_store, persistent and two consumer warpgroups")
     # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
@@ -1767,6 +1890,8 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
         else:
             constexprs.update(tile_counter=None, l2_heads=None, DYNAMIC=False)
         constexprs["WG_SKIP"] = cfg.wg_bounds
+        if cfg.split_loops:
+            constexprs["SPLIT_LOOPS"] = True
         options = {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg}
     else:
         kernel = attn_fwd_nows_kernel
