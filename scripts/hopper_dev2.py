@@ -83,6 +83,8 @@ VERIFIED |= VERIFIED_RUN7
 # run 11 (hopper_log.md v6 / v7 results): smoke and checks passed
 VERIFIED |= {"pdyn_tmao_fma", "persistent_tmao_fma", "d64_3wg_n128_s3", "d64_3wg_n128_ptma",
              "d64_3wg_n128_ptma_s3"}
+# run 13 (hopper_log.md v8 results): smoke and checks passed
+VERIFIED |= {"split", "split_tma"}
 EXTRA_VARIANTS = {"plain": {"overlap": False}}  # WS alone: no overlap, no pingpong (runs 1-2)
 
 ABLATION_SHAPE = (4, 8448, 16, 128)

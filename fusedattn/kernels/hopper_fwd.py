@@ -180,16 +180,19 @@ CONFIGS = {
     # Made persistent (static order) with the TMA store (variant d64_3wg_n128_ptma), device run 11:
     # s=1k/2k/8k 381/444/495 vs the previous row 353/429/504 (+7.8/+3.4/-1.7%); the dynamic
     # order won 1k (389) but lost 5% at 8k, 3 stages gave nothing.
+    # Split loops on top (variant split, v8), device run 13: s=1k/2k 381/450 vs 375/442 (+1.7/+1.6%).
     (64, False): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                        consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
-                       persistent=True, tma_store=True),
+                       persistent=True, tma_store=True, split_loops=True),
     # 3 warpgroups x 64 rows, BLOCK_N 128, dynamic longest-first persistent scheduler, TMA store,
     # per-warpgroup causal bounds (variant d64_3wg_n128_pdyn_wgb), device run 7: causal
     # s=1k/2k/4k/8k 259/362/415/463 vs the previous row (v3+FFMA) 213/295/363/409
     # (+21/+23/+14/+13%); best of 7 at 2k-8k (pdyn_fma wins 1k: 276).
+    # Split loops on top (variant split, v8), device run 13: s=2k 371 vs 362 (+2.5%).
     (64, True): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
-                      persistent=True, scheduler=1, tma_store=True, wg_bounds=True),
+                      persistent=True, scheduler=1, tma_store=True, wg_bounds=True,
+                      split_loops=True),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
@@ -204,12 +207,17 @@ CONFIGS = {
                        o_buffer=True),
     # persistent + TMA store + FFMA: s=512 488 vs 398 (+23%), s=2048 645 vs 595 (+8.5%),
     # s=8192 704 vs 680 (+3.6%).
-    (256, False): _base(256, persistent=True, tma_store=True, softmax_fma=True),
+    # Split loops on top (variant split, v8), device run 13: s=2k/8k 678/712 vs 675/672
+    # (+0.4/+5.9%).
+    (256, False): _base(256, persistent=True, tma_store=True, softmax_fma=True, split_loops=True),
     # dynamic longest-first persistent scheduler + FFMA (variant pdyn_fma), device run 7: causal
     # s=1k/2k/4k/8k 396/527/610/662 vs the previous row (v3+FFMA) 367/471/546/603
     # (+8/+12/+12/+10%); with wg_bounds 411/525/603/637 (wins only at 1k). TMA store spills 4 B
-    # here (hopper_log.md v5), so the epilogue stays on pointer stores.
-    (256, True): _base(256, persistent=True, scheduler=1, softmax_fma=True),
+    # here (hopper_log.md v5), so the epilogue stayed on pointer stores. v8, device run 13: split
+    # loops + TMA store (variant split_tma; the 4 B spill removed by passing batch * heads as a
+    # kernel argument) s=2k/4k 575/644 vs 524/611 (+9.9/+5.4%); split alone +1.9/+4.0%.
+    (256, True): _base(256, persistent=True, scheduler=1, softmax_fma=True, split_loops=True,
+                       tma_store=True),
 }
 
 
@@ -1214,7 +1222,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
                     NUM_CONSUMERS: gl.constexpr = 2, SOFTMAX_FMA: gl.constexpr = False,
                     tile_counter=None, l2_heads=None, DYNAMIC: gl.constexpr = False,
-                    WG_SKIP: gl.constexpr = False, SPLIT_LOOPS: gl.constexpr = False):
+                    WG_SKIP: gl.constexpr = False, SPLIT_LOOPS: gl.constexpr = False,
+                    n_bh_arg=None):
     # 1-D grid over (batch * heads) x m-tiles, (batch, head) major so that neighbouring programs
     # share K/V in L2; with a causal mask the longest tiles (largest m) go first.
     # PERSISTENT: grid = number of SMs, each program walks the tiles pid, pid + grid, ...
@@ -1278,7 +1287,13 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     if PERSISTENT:
         q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(q_empty, count=NUM_CONSUMERS)  # one arrival per consumer warpgroup
-        n_bh = q_desc.shape[0] * heads
+        if DYNAMIC:
+            # batch * heads from the host: computed here (from two kernel arguments) it was
+            # hoisted to the kernel's entry and carried in a register into the producer, which
+            # spilled it (4 B) in the hdim-256 causal kernel with the TMA store and split loops
+            n_bh = n_bh_arg
+        else:
+            n_bh = q_desc.shape[0] * heads
         if DYNAMIC:
             # the current work item (_publish_tile)
             tile_smem = gl.allocate_shared_memory(gl.int32, [16],
@@ -1724,7 +1739,7 @@ def _int_key(x: int):
 # the kernel's runtime arguments (everything else is a constexpr, fixed by the key)
 _RUNTIME_ARGS = ("q_desc", "k_desc", "v_desc", "out_ptr", "lse_ptr", "seqlen_q", "seqlen_k",
                  "heads", "kv_group", "num_m_tiles", "qk_scale", "o_desc", "tile_counter",
-                 "l2_heads")
+                 "l2_heads", "n_bh_arg")
 
 
 def _remember(key, kernel, compiled, args, kwargs):
@@ -1788,6 +1803,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         runtime["tile_counter"] = _tile_counter(q.device)
         runtime["l2_heads"] = l2_section_heads(batch * heads, seqlen_k, head_dim, kv_group,
                                                q.element_size(), cfg.l2_section_mb)
+        runtime["n_bh_arg"] = batch * heads
     fma_off = cfg.softmax_fma and not softmax_scale > 0  # the raw-score max needs a positive scale
     key = None
     if _key_only or (FAST_LAUNCH and not _warmup):
@@ -1797,6 +1813,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         key = (q.device, q.dtype, cfg, bool(causal), head_dim, fma_off,
                out.data_ptr() % 16 == 0, lse.data_ptr() % 16 == 0, tuple(map(_int_key, ints)),
                _int_key(runtime["l2_heads"]) if cfg.scheduler else None,
+               _int_key(runtime["n_bh_arg"]) if cfg.scheduler else None,
                runtime["tile_counter"].data_ptr() % 16 == 0 if cfg.scheduler else None)
         hit = None if _key_only else _FAST.get(key)
         if hit is not None:
@@ -1886,9 +1903,12 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
         if cfg.scheduler:
             signature["tile_counter"] = "*i32"
             signature["l2_heads"] = "i32"
+            signature["n_bh_arg"] = "i32"
             constexprs["DYNAMIC"] = True
         else:
             constexprs.update(tile_counter=None, l2_heads=None, DYNAMIC=False)
+        if not cfg.scheduler:
+            constexprs["n_bh_arg"] = None
         constexprs["WG_SKIP"] = cfg.wg_bounds
         if cfg.split_loops:
             constexprs["SPLIT_LOOPS"] = True
