@@ -132,6 +132,12 @@ JOBS.update({
              [(256, True, 2048), (256, True, 4096), (256, False, 2048), (256, False, 8192)], []),
     "s64": (50, ["default", "split"],
             [(64, True, 2048), (64, False, 1024), (64, False, 2048)], []),
+    # v9 (hopper_log.md v9): empty warpgroups of hdim 64's last 192-row m-tile skip their work;
+    # the dynamic scheduler's L2 section size on hdim 128 causal
+    "e64": (50, ["default", "skip_empty"],
+            [(64, False, 1024), (64, True, 1024), (64, False, 2048), (64, True, 2048)], []),
+    "l128": (50, ["default", "l2_16", "l2_64"],
+             [(128, True, 1024), (128, True, 2048), (128, True, 4096)], []),
 })
 DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
 # pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each

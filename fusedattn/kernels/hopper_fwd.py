@@ -135,6 +135,8 @@ class FwdConfig:
     wg_bounds: bool = False       # causal: each consumer warpgroup computes only the K/V blocks
                                   # its own rows see (not with pingpong or the static persistent)
     # --- v6 candidate (hopper_log.md v6), off by default until measured on a GPU ---
+    skip_empty_wg: bool = False   # v9: a consumer warpgroup whose rows all lie past seqlen_q
+                                  # computes nothing (kernel WG_SKIP == 2; causal: with wg_bounds)
     split_loops: bool = False     # v8: unmasked and masked K/V blocks in two loops, one softmax
                                   # each (smaller hot loop; block 0 always the masked softmax)
     o_buffer: bool = False        # with persistent + tma_store (2 consumers): O gets its own
@@ -313,9 +315,14 @@ VARIANTS = {
     "split": ({"split_loops": True}, None),
     # hdim 256 causal (pointer-store epilogue: run 12's profile shows LSU-throttle stalls there)
     "split_tma": ({"split_loops": True, "tma_store": True}, (256,)),
+    # v9 (hopper_log.md v9): hdim 64's 192-row tiles: empty warpgroups of the last m-tile skip
+    "skip_empty": ({"skip_empty_wg": True}, (64,)),
+    # the dynamic scheduler's L2 section (FA3's 32 MB) halved and doubled, on the causal rows
+    "l2_16": ({"l2_section_mb": 16}, None),
+    "l2_64": ({"l2_section_mb": 64}, None),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
-ON_TABLE = {"split", "split_tma"}
+ON_TABLE = {"split", "split_tma", "skip_empty", "l2_16", "l2_64"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -660,6 +667,12 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             n_blocks = gl.minimum(gl.cdiv(kv_end_wg, BLOCK_N), n_tile)
             full_end_wg = gl.maximum(gl.minimum(wg_first + causal_off + 1, seqlen_k), 0)
             n_unmasked = gl.minimum(full_end_wg // BLOCK_N, n_blocks)
+        if WGB == 2:
+            # v9: a warpgroup whose rows all lie past seqlen_q (the last m-tile of a 192-row
+            # tiling: at seqlen 1024, 1152 rows for 1024) computes nothing; its blocks are
+            # released unread below and its TMA store is clipped by the copy engine
+            n_blocks = gl.where(m_start + WG * M_WG >= seqlen_q, 0, n_blocks)
+            n_unmasked = gl.minimum(n_unmasked, n_blocks)
 
     mbarrier.wait(q_bar, q_phase)
 
@@ -937,7 +950,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                          TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                          NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                         SPLIT: gl.constexpr = False):
+                         SPLIT: gl.constexpr = False, WGB: gl.constexpr = False):
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -955,7 +968,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          m_start, n_blocks, n_unmasked,
                          WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
                          c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE,
-                         NC, FMA, False, SPLIT)
+                         NC, FMA, WGB, SPLIT)
         i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -970,12 +983,12 @@ def _consumer_persistent_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                         SPLIT: gl.constexpr = False):
+                         SPLIT: gl.constexpr = False, WGB: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB)
 
 
 @gluon.jit
@@ -987,12 +1000,12 @@ def _consumer_persistent_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                         SPLIT: gl.constexpr = False):
+                         SPLIT: gl.constexpr = False, WGB: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB)
 
 
 @gluon.jit
@@ -1004,12 +1017,12 @@ def _consumer_persistent_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                         SPLIT: gl.constexpr = False):
+                         SPLIT: gl.constexpr = False, WGB: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1343,17 +1356,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP)),
                 (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP)),
                 (_consumer_persistent_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
@@ -1364,12 +1377,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP)),
                 (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
@@ -1829,10 +1842,12 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     extra = _v4_constexprs(cfg)
     if cfg.scheduler:
         extra.update(DYNAMIC=True, **runtime)
-    if cfg.wg_bounds:
-        if cfg.pingpong or (cfg.persistent and not cfg.scheduler):
-            raise ValueError("wg_bounds: not with pingpong or the static persistent schedule")
-        extra["WG_SKIP"] = True
+    if cfg.wg_bounds or cfg.skip_empty_wg:
+        if cfg.pingpong:
+            raise ValueError("wg_bounds / skip_empty_wg: not with pingpong")
+        if cfg.wg_bounds and cfg.persistent and not cfg.scheduler:
+            raise ValueError("wg_bounds: not with the static persistent schedule")
+        extra["WG_SKIP"] = 2 if cfg.skip_empty_wg else True
     if fma_off:
         extra["SOFTMAX_FMA"] = False
     if cfg.split_loops:
@@ -1909,7 +1924,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
             constexprs.update(tile_counter=None, l2_heads=None, DYNAMIC=False)
         if not cfg.scheduler:
             constexprs["n_bh_arg"] = None
-        constexprs["WG_SKIP"] = cfg.wg_bounds
+        constexprs["WG_SKIP"] = 2 if cfg.skip_empty_wg else cfg.wg_bounds
         if cfg.split_loops:
             constexprs["SPLIT_LOOPS"] = True
         options = {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg}
