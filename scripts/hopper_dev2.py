@@ -138,6 +138,10 @@ JOBS.update({
             [(64, False, 1024), (64, True, 1024), (64, False, 2048), (64, True, 2048)], []),
     "l128": (50, ["default", "l2_16", "l2_64"],
              [(128, True, 1024), (128, True, 2048), (128, True, 4096)], []),
+    # v10 (hopper_log.md v10): the next tile's Q loaded during this tile (two Q buffers)
+    "q128": (60, ["default", "qpf"],
+             [(128, True, 1024), (128, True, 2048), (128, True, 4096), (128, True, 8192),
+              (128, False, 1024), (128, False, 2048)], []),
 })
 DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
 # pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each

@@ -139,6 +139,9 @@ class FwdConfig:
                                   # computes nothing (kernel WG_SKIP == 2; causal: with wg_bounds)
     split_loops: bool = False     # v8: unmasked and masked K/V blocks in two loops, one softmax
                                   # each (smaller hot loop; block 0 always the masked softmax)
+    q_prefetch: bool = False      # v10, with the dynamic scheduler + tma_store (2 consumers):
+                                  # two Q buffers; the next tile's Q loads during this tile and O
+                                  # leaves through its own tile's buffer (kernel TMA_STORE == 3)
     o_buffer: bool = False        # with persistent + tma_store (2 consumers): O gets its own
                                   # shared-memory tile instead of reusing Q's, so the next tile's
                                   # Q load starts after the last QK^T, not after the TMA store
@@ -320,9 +323,13 @@ VARIANTS = {
     # the dynamic scheduler's L2 section (FA3's 32 MB) halved and doubled, on the causal rows
     "l2_16": ({"l2_section_mb": 16}, None),
     "l2_64": ({"l2_section_mb": 64}, None),
+    # v10 (hopper_log.md v10): hdim 128 causal: two Q buffers instead of O's own tile, the next
+    # tile's Q loaded during this tile (run 12's profile: consumers wait at each tile's start)
+    # (non-causal: on the dynamic scheduler, which q_prefetch needs)
+    "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1}, (128,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
-ON_TABLE = {"split", "split_tma", "skip_empty", "l2_16", "l2_64"}
+ON_TABLE = {"split", "split_tma", "skip_empty", "l2_16", "l2_64", "qpf"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -543,6 +550,17 @@ def _turn_pass(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr, PP_MODE: gl.
 
 
 @gluon.jit
+def _release_q_buffer(q_free):
+    # v10 Q prefetch (TMA_STORE == 3): the previous tile's O left through the other Q buffer with a
+    # TMA store; once this warpgroup's store has read its rows (store_wait covers the issuing
+    # thread's copies, the barrier the others), that buffer may take the next tile's Q. A no-op
+    # wait at the program's first tile (no store yet): that arrival frees the second buffer.
+    tma.store_wait(0)
+    gl.thread_barrier()
+    mbarrier.arrive(q_free, count=1)
+
+
+@gluon.jit
 def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev, alpha_o,
                   m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base,
                   MASK: gl.constexpr, WG: gl.constexpr, CAUSAL: gl.constexpr,
@@ -675,6 +693,12 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             n_unmasked = gl.minimum(n_unmasked, n_blocks)
 
     mbarrier.wait(q_bar, q_phase)
+    if TMA_STORE == 3:
+        if not OVERLAP:
+            _release_q_buffer(q_empty)
+        else:
+            if n_blocks == 0:
+                _release_q_buffer(q_empty)
 
     if OVERLAP:
         # FA3 alg. 2: iteration j issues QK^T_j, rescales O (block j-1's alpha) while it runs,
@@ -693,6 +717,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             if PP_MODE == 0:
                 _turn_pass(turn_bars, WG, PINGPONG)
+            if TMA_STORE == 3:  # while QK^T_0 runs: release the other Q buffer (v10)
+                _release_q_buffer(q_empty)
             s_acc = warpgroup_mma_wait(0, deps=[s_tok])
             mbarrier.arrive(kv_empty.index(s0), count=1)  # K_0 read
             if SPLIT:
@@ -753,7 +779,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)  # V_{j-1} read
         if PERSISTENT:
             if TMA_STORE != 1:
-                mbarrier.arrive(q_empty, count=1)  # every QK^T of this tile has completed
+                if TMA_STORE != 3:
+                    mbarrier.arrive(q_empty, count=1)  # every QK^T of this tile has completed
         if n_blocks > 0:
             jl = kv_base + n_blocks - 1
             sl = jl % NUM_STAGES
@@ -824,7 +851,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             turns = n_blocks
         if PERSISTENT:
             if TMA_STORE != 1:
-                mbarrier.arrive(q_empty, count=1)
+                if TMA_STORE != 3:
+                    mbarrier.arrive(q_empty, count=1)
     if WGB:
         # blocks of the tile that no row of this warpgroup sees: release them unread. Wait for
         # each load first: its k_ready/v_ready phase means the stage's previous use is released
@@ -874,10 +902,12 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         else:
             tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
                                             q_smem.slice(WG * M_WG, M_WG, dim=1))
-        tma.store_wait(0)
-        if PERSISTENT:
-            gl.thread_barrier()
-            mbarrier.arrive(q_empty, count=1)  # Q rows free again once the store has read them
+        if TMA_STORE == 1:
+            tma.store_wait(0)
+            if PERSISTENT:
+                gl.thread_barrier()
+                mbarrier.arrive(q_empty, count=1)  # Q rows free again once the store has read them
+        # TMA_STORE == 3 (v10): this buffer is released during the next tile (_release_q_buffer)
     else:
         rows_o = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_o)
         cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
@@ -1141,6 +1171,81 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
 
 
 @gluon.jit
+def _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, kk, num_tiles, n_bh, num_m_tiles,
+                l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+                CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    # v10: the work item and Q of this program's kk-th tile (nxt) into buffer kk % 2, once the
+    # consumers released that buffer (their arrival during tile kk - 1); past the last tile the
+    # stop signal (more = 0, q_bar completed by a plain arrive)
+    sb = kk % 2
+    # completion (kk - 1) // 2 of q_empty[sb] for kk >= 1; for kk = 0 the "previous" phase of a
+    # fresh barrier, which passes at once (written without a negative division: -1 & 1 = 1)
+    mbarrier.wait(q_empty.index(sb), ((kk + 1) // 2 - 1) & 1)
+    if nxt < num_tiles:
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
+            nxt, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+            CAUSAL, BLOCK_M, BLOCK_N)
+        _publish_tile(tile_smem.index(sb), 1, b, h, m_start, n_blocks, n_unmasked, heads,
+                      seqlen_q, seqlen_k)
+        mbarrier.expect(q_bar.index(sb), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar.index(sb),
+                                        q_smem.index(sb))
+    else:
+        _publish_tile(tile_smem.index(sb), 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        mbarrier.arrive(q_bar.index(sb), count=1)
+
+
+@gluon.jit
+def _producer_dynamic_pf(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
+                         k_ready, v_ready, kv_empty, tile_smem, tile_counter,
+                         n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+                         CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                         NUM_STAGES: gl.constexpr):
+    # v10 (TMA_STORE == 3): _producer_dynamic with two Q buffers. The next tile's id is fetched
+    # at the start of a tile, and its work item and Q are loaded after this tile's first
+    # NUM_STAGES K/V loads (by then the consumers have released the other buffer), so a tile's
+    # Q is in shared memory before the previous tile ends.
+    num_tiles = n_bh * num_m_tiles
+    grid = gl.num_programs(0)
+    c = gl.program_id(0) * 0  # K/V ring counter, carried across tiles
+    k = gl.program_id(0) * 0  # tiles of this program so far
+    tile = gl.program_id(0)
+    # the first tile: buffer 0 is free (a fresh q_empty: the phase-1 wait passes at once)
+    _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, tile, 0, num_tiles, n_bh, num_m_tiles,
+                l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+    while tile < num_tiles:
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
+            tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+            CAUSAL, BLOCK_M, BLOCK_N)
+        r = gl.atomic_add(tile_counter, 1)
+        if r == num_tiles - 1:  # the launch's last fetch: reset the counter for the next launch
+            gl.atomic_xchg(tile_counter, 0)
+        nxt = r + grid
+        for j in range(n_blocks):
+            if j == NUM_STAGES:
+                _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, k + 1, num_tiles,
+                            n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+                            CAUSAL, BLOCK_M, BLOCK_N)
+            s = (c + j) % NUM_STAGES
+            ph = ((c + j) // NUM_STAGES) & 1
+            mbarrier.wait(kv_empty.index(s), ph ^ 1)
+            kb = k_ready.index(s)
+            mbarrier.expect(kb, k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, kvh, 0], kb, k_smem.index(s))
+            mbarrier.wait(kv_empty.index(NUM_STAGES + s), ph ^ 1)
+            vb = v_ready.index(s)
+            mbarrier.expect(vb, v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, kvh, 0], vb, v_smem.index(s))
+        if n_blocks <= NUM_STAGES:
+            _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, k + 1, num_tiles,
+                        n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+                        CAUSAL, BLOCK_M, BLOCK_N)
+        c += n_blocks
+        k += 1
+        tile = nxt
+
+
+@gluon.jit
 def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
@@ -1159,18 +1264,36 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
     i = gl.program_id(0) * 0  # tiles done: q_bar phase
     more = gl.program_id(0) * 0 + 1
     while more != 0:
-        mbarrier.wait(q_bar, i & 1)  # this tile's Q (or the stop signal) and its work item
-        more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(tile_smem)
-        if more != 0:
-            c, t = _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
-                             turn_bars, out_ptr, lse_ptr, b, h, hs, sq, sk,
-                             sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
-                             WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                             PINGPONG, c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE,
-                             PP_MODE, NC, FMA, WGB, SPLIT)
-            i += 1
+        if TMA_STORE == 3:
+            # v10: two Q buffers / work-item slots, tile i in buffer i % 2; the other buffer's
+            # q_empty is arrived during this tile (_release_q_buffer)
+            sb = i % 2
+            mbarrier.wait(q_bar.index(sb), (i // 2) & 1)
+            more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(
+                tile_smem.index(sb))
+            if more != 0:
+                c, t = _consumer(q_smem.index(sb), k_smem, v_smem, q_bar.index(sb), k_ready,
+                                 v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs, sq,
+                                 sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
+                                 WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                                 PINGPONG, c, t, (i // 2) & 1, q_empty.index(1 - sb), o_desc,
+                                 D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
+                i += 1
+        else:
+            mbarrier.wait(q_bar, i & 1)  # this tile's Q (or the stop signal) and its work item
+            more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(tile_smem)
+            if more != 0:
+                c, t = _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+                                 turn_bars, out_ptr, lse_ptr, b, h, hs, sq, sk,
+                                 sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
+                                 WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                                 PINGPONG, c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE,
+                                 PP_MODE, NC, FMA, WGB, SPLIT)
+                i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
+    if TMA_STORE == 3:
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -1275,18 +1398,28 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     elif TMA_STORE == 2:  # Q's tile and O's own tile (v6 o_buffer; the consumers split it)
         q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
         q_load = q_smem.index(0)
+    elif TMA_STORE == 3:  # two Q tiles, alternating by tile; O leaves through its tile's (v10)
+        q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+        q_load = q_smem
     else:
         q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
         q_load = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    if TMA_STORE == 3:
+        q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    else:
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     # kv_empty[s]: K of stage s free; kv_empty[NUM_STAGES + s]: V of stage s free
     kv_empty = gl.allocate_shared_memory(gl.int64, [2 * NUM_STAGES, 1], mbarrier.MBarrierLayout())
     turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
+    if TMA_STORE == 3:
+        mbarrier.init(q_bar.index(0), count=1)
+        mbarrier.init(q_bar.index(1), count=1)
+    else:
+        mbarrier.init(q_bar, count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -1298,8 +1431,13 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     # (the argument tuples are written inline: a tuple assigned to a local first would turn its
     # constexpr entries into tensors)
     if PERSISTENT:
-        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_empty, count=NUM_CONSUMERS)  # one arrival per consumer warpgroup
+        if TMA_STORE == 3:
+            q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            mbarrier.init(q_empty.index(0), count=NUM_CONSUMERS)
+            mbarrier.init(q_empty.index(1), count=NUM_CONSUMERS)
+        else:
+            q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(q_empty, count=NUM_CONSUMERS)  # one arrival per consumer warpgroup
         if DYNAMIC:
             # batch * heads from the host: computed here (from two kernel arguments) it was
             # hoisted to the kernel's entry and carried in a register into the producer, which
@@ -1309,8 +1447,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
             n_bh = q_desc.shape[0] * heads
         if DYNAMIC:
             # the current work item (_publish_tile)
-            tile_smem = gl.allocate_shared_memory(gl.int32, [16],
-                                                  gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            if TMA_STORE == 3:  # one work-item slot per Q buffer
+                tile_smem = gl.allocate_shared_memory(gl.int32, [2, 16],
+                                                      gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            else:
+                tile_smem = gl.allocate_shared_memory(gl.int32, [16],
+                                                      gl.SwizzledSharedLayout(1, 1, 1, [0]))
             if NUM_CONSUMERS == 3:
                 gl.warp_specialize([
                     (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
@@ -1333,6 +1475,23 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
                         BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
                 ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+            elif TMA_STORE == 3:
+                gl.warp_specialize([
+                    (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                    (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                    (_producer_dynamic_pf, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                        q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                        num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                        BLOCK_M, BLOCK_N, NUM_STAGES)),
+                ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
             else:
                 gl.warp_specialize([
                     (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
@@ -1690,6 +1849,14 @@ def _tile_counter(device) -> torch.Tensor:
     return t
 
 
+def _tma_store_mode(cfg: FwdConfig):
+    """The kernel's TMA_STORE: False (pointer stores), True (through Q's tile), 2 (O's own tile,
+    o_buffer), 3 (two alternating Q tiles, q_prefetch)."""
+    if cfg.q_prefetch:
+        return 3
+    return 2 if cfg.o_buffer else cfg.tma_store
+
+
 def _v4_constexprs(cfg: FwdConfig) -> dict:
     """Constexprs of the v4 switches, passed only when they differ from the kernel's defaults."""
     extra = {}
@@ -1854,6 +2021,10 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         extra["SPLIT_LOOPS"] = True
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2):
         raise ValueError("o_buffer needs tma_store, persistent and two consumer warpgroups")
+    if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
+                               and cfg.num_consumers == 2 and not cfg.o_buffer):
+        raise ValueError("q_prefetch needs tma_store, the dynamic scheduler, two consumer "
+                         "warpgroups and no o_buffer")
     # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
     # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
     o_desc = _descriptor(out, cfg.block_m // cfg.num_consumers, d_pad) if cfg.tma_store else None
@@ -1865,7 +2036,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         NUM_STAGES=cfg.num_stages, OVERLAP=cfg.overlap, PINGPONG=cfg.pingpong,
         CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
         o_desc=o_desc, D_REAL=head_dim, PERSISTENT=cfg.persistent,
-        TMA_STORE=(2 if cfg.o_buffer else cfg.tma_store),
+        TMA_STORE=_tma_store_mode(cfg),
         PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0, **extra,
         num_warps=cfg.num_warps, maxnreg=cfg.maxnreg,
     )
@@ -1912,7 +2083,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
         else:
             constexprs["o_desc"] = None
         constexprs.update(D_REAL=head_dim, PERSISTENT=cfg.persistent,
-                          TMA_STORE=(2 if cfg.o_buffer else cfg.tma_store),
+                          TMA_STORE=_tma_store_mode(cfg),
                           PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0,
                           NUM_CONSUMERS=cfg.num_consumers, SOFTMAX_FMA=cfg.softmax_fma)
         if cfg.scheduler:
