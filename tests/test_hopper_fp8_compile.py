@@ -44,6 +44,8 @@ CASES = [  # (head_dim, causal, variant): the table's rows at every head dim, ca
     (64, True, "pack_fma_pf"),
     (256, True, "fma"),
     (256, False, "fma_pp"),
+    (128, False, "ldsm"),        # session 4: the V transpose through ldmatrix.trans
+    (256, True, "ldsm"),
     # (the persistent loop compiled spill-free on hdim 64's first-run row; on its row since device
     # run 11, pack_fma_pp, it spills 8 B, and it lost at causal in run 11: not listed here,
     # fp8_log.md)
@@ -94,7 +96,8 @@ for d, causal, variant in json.loads(sys.argv[1]):
          "wgmma_other": len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.(?:bf16|f16)", ptx)),
          "ptx_counts": {key: ptx.count(key) for key in (
              "wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier.try_wait", "stmatrix",
-             "fence.proxy.async", "cvt.rn.satfinite.e4m3x2.f32", "ld.local", "st.local")}}
+             "fence.proxy.async", "cvt.rn.satfinite.e4m3x2.f32", "ld.local", "st.local",
+             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "prmt.b32")}}
     r.update({kk: v for kk, v in fi.ptxas_report(ptx).items() if kk != "ptxas_text"})
     sc = fi.sass_counts(k.asm["cubin"])
     r["sass_counts"] = {kk: v for kk, v in sc.items() if kk != "sass"}
@@ -413,3 +416,18 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     F.forward(q2q, k2, quantize_fp8(q2, role="v"), False, 0.1,
               config=F.get_config(128, persistent=True))
     assert seen["grid"] == (132,)   # 4 * 8 * 9 = 288 tiles
+
+
+def test_ldsm_transpose_uses_transposing_loads(reports):
+    """The ldsm candidate reads V through ldmatrix.trans (HEAD_DIM // 64 chunks of four x4 loads
+    per block) and leaves fewer byte permutes than the table's row at the same head dim, whose
+    transpose has none of those loads."""
+    by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
+    for (d, causal, variant), r in by.items():
+        n_ld = r["ptx_counts"]["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"]
+        if variant == "ldsm":
+            assert n_ld == 4 * (d // 64), (d, n_ld)
+            row = by.get((d, causal, None)) or by[(d, False, None)]
+            assert r["ptx_counts"]["prmt.b32"] < row["ptx_counts"]["prmt.b32"]
+        elif variant is None:
+            assert n_ld == 0

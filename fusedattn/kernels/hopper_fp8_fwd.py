@@ -125,6 +125,9 @@ class Fp8FwdConfig:
     pack_p: bool = False       # overlapped loop: P carried as packed 32-bit words (same values)
     pingpong: bool = False     # FA3's warpgroup turns (named barriers 10/11), either loop
     # --- session-3 candidate (benchmarks/fp8_log.md), off until measured on a GPU ---
+    # --- session-4 candidate (benchmarks/fp8_log.md), off until measured on a GPU ---
+    ldsm_transpose: bool = False  # V transposed with 16-bit transposing loads (ldmatrix.trans)
+                                  # and 2 byte permutes per 8 bytes (_transpose_v_ldsm)
     persistent: bool = False   # grid = #SMs, each program walks tiles pid, pid + grid, ... in the
                                # one-tile grid's order; rings and pingpong turns carry across tiles
 
@@ -171,7 +174,11 @@ VARIANTS = {
     "pack_fma_pp": ({"pack_p": True, "softmax_fma": True, "pingpong": True}, ()),
     "fma_pp": ({"softmax_fma": True, "pingpong": True}, ()),
     # session 3 (fp8_log.md): the persistent tile loop on top of each head dim's row
-    "persistent": ({"persistent": True}, (64, 128, 256)),
+    # (measured in run 11 at every head dim: -24..+5%, not adopted; not timed again)
+    "persistent": ({"persistent": True}, ()),
+    # session 4 (fp8_log.md, "Where the FP8 kernel's time goes"): the V transpose with
+    # ldmatrix.trans, on top of each head dim's row (hdim 64 spills 4 B with it: not listed)
+    "ldsm": ({"ldsm_transpose": True}, (128, 256)),
 }
 
 
@@ -292,6 +299,47 @@ def _transpose_v(src, dst):
 
 
 @gluon.jit
+def _bytes4(e0, e1, e2, e3):
+    # e_a: 16-bit pairs of one key each (low byte: column 2p, high byte: column 2p + 1), the keys
+    # of byte positions a = 0..3 of a V^T word; returns the words of columns 2p and 2p + 1.
+    # e0/e1 (and e2/e3) come from one ldmatrix register, so the movs are free: 2 prmt per 8 bytes
+    return gl.inline_asm_elementwise(
+        "{\n.reg .b32 r01, r23;\n"
+        "mov.b32 r01, {$2, $3};\n"
+        "mov.b32 r23, {$4, $5};\n"
+        "prmt.b32 $0, r01, r23, 0x6420;\n"
+        "prmt.b32 $1, r01, r23, 0x7531;\n}",
+        "=r,=r,h,h,h,h", [e0, e1, e2, e3], dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+
+
+@gluon.jit
+def _transpose_v_ldsm(src, dst):
+    """As _transpose_v (dst[d, k'] = src[pi(k'), d] for one (128 keys, 64 columns) chunk), FA3's
+    way: the chunk read as 16-bit pairs (128 keys, 32 pairs) into the B-operand layout of an
+    m16n8k16 MMA, which Triton loads with ldmatrix.trans (4 x4 loads per thread, CPU compile:
+    PTX), so that each register holds one pair of two keys 2t, 2t + 1 (t = lane % 4) and its
+    partner register the keys 2t + 8, 2t + 9: exactly the four keys of one V^T word under pi
+    (key bits (0, 1, 2, 3) = k' bits (0, 2, 3, 1)). Two prmt per register pair make the words of
+    columns 2p and 2p + 1; the reshapes / permutes / splits / joins only relabel registers
+    (checked: no shared-memory round trip in the PTX), and the words are stored as 32-bit
+    elements (stmatrix). The index algebra was checked against numpy (fp8_log.md)."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4],
+                                                   instr_shape=[16, 8])
+    opl: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    l16: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2)
+    l32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+    y = src._reinterpret(gl.int16, [128, 32], l16).load(opl)   # (128 keys, 32 pairs)
+    y = y.reshape([8, 2, 2, 2, 2, 32]).permute((0, 2, 3, 5, 1, 4))  # (k_hi, b2, b1, p, b3, b0)
+    y = y.reshape([8, 2, 2, 32, 2, 2]).permute((0, 1, 2, 3, 5, 4))  # (k_hi, b2, b1, p, b0, b3)
+    y_b3_0, y_b3_1 = gl.split(y)
+    e0, e1 = gl.split(y_b3_0)                                  # byte positions 0, 1
+    e2, e3 = gl.split(y_b3_1)                                  # byte positions 2, 3
+    lo, hi = _bytes4(e0, e1, e2, e3)                           # words of columns 2p, 2p + 1
+    w = gl.join(lo, hi).permute((3, 4, 0, 1, 2)).reshape([64, 32])  # (d, word = 4 k_hi + 2 b2 + b1)
+    dst._reinterpret(gl.int32, [64, 32], l32).store(w)
+
+
+@gluon.jit
 def _load_v(v_desc, vs_smem, bar, b, kvh, n0, slot, NCH: gl.constexpr):
     """TMA of one V tile (BLOCK_N, head_dim) as NCH boxes of 64 columns into staging slot `slot`."""
     mbarrier.expect(bar, NCH * v_desc.block_type.nbytes)
@@ -305,7 +353,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
               q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
               b, h, kvh, m_start, n_blocks,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-              V_STAGES: gl.constexpr, kv_base=0, PERSISTENT: gl.constexpr = False):
+              V_STAGES: gl.constexpr, kv_base=0, PERSISTENT: gl.constexpr = False,
+              LDSM_T: gl.constexpr = False):
     # kv_base (PERSISTENT): blocks loaded by this program's earlier tiles; the rings' slots and
     # phases run on across tiles (0 for the one-tile grid: the same code as before)
     NCH: gl.constexpr = HEAD_DIM // 64
@@ -347,8 +396,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         mbarrier.wait(vt_empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
         vt = vt_smem.index(s)
         for c in gl.static_range(NCH):
-            _transpose_v(vs_smem.index(vs * NCH + c).reshape([BLOCK_N, 64]),
-                         vt.slice(c * 64, 64, dim=0))
+            if LDSM_T:
+                _transpose_v_ldsm(vs_smem.index(vs * NCH + c).reshape([BLOCK_N, 64]),
+                                  vt.slice(c * 64, 64, dim=0))
+            else:
+                _transpose_v(vs_smem.index(vs * NCH + c).reshape([BLOCK_N, 64]),
+                             vt.slice(c * 64, 64, dim=0))
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
         mbarrier.arrive(vt_ready.index(s), count=1)
@@ -810,7 +863,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
                          seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-                         V_STAGES: gl.constexpr):
+                         V_STAGES: gl.constexpr, LDSM_T: gl.constexpr = False):
     # the consumers' tile sequence; Q of the next tile once both consumer warpgroups have
     # finished the current tile's QK^T (q_empty), i.e. under their last P V and epilogue
     c = gl.program_id(0) * 0
@@ -821,7 +874,8 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
         mbarrier.wait(q_empty, (i & 1) ^ 1)
         _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                   q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
-                  b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, c, True)
+                  b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, c, True,
+                  LDSM_T)
         c += n_blocks
         i += 1
 
@@ -845,7 +899,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                         PREFETCH: gl.constexpr = False, SOFTMAX_FMA: gl.constexpr = False,
                         PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
-                        PERSISTENT: gl.constexpr = False):
+                        PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
 
@@ -892,7 +946,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                 q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                 seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
-                CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES)),
+                CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, LDSM_T)),
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
         return
 
@@ -911,7 +965,8 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                          SOFTMAX_FMA, PACK_P, PINGPONG)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                      q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
-                     b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES)),
+                     b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, 0,
+                     False, LDSM_T)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -1079,7 +1134,7 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma, PACK_P=cfg.pack_p,
-                PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent)
+                PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent, LDSM_T=cfg.ldsm_transpose)
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
