@@ -45,6 +45,9 @@ CASES = [  # (head_dim, causal, variant): the table's rows at every head dim, ca
     (256, True, "fma"),
     (256, False, "fma_pp"),
     (128, False, "ldsm"),        # session 4: the V transpose through ldmatrix.trans
+    (64, False, "unser"),        # session 4: P unpacked without the predicated mov (no C7513)
+    (128, True, "unser"),
+    (128, False, "unser_ldsm"),
     (256, True, "ldsm"),
     # (the persistent loop compiled spill-free on hdim 64's first-run row; on its row since device
     # run 11, pack_fma_pp, it spills 8 B, and it lost at causal in run 11: not listed here,
@@ -104,6 +107,7 @@ for d, causal, variant in json.loads(sys.argv[1]):
     r["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
     r["loop_prmt"] = steady_loop_prmt(sc["sass"]) if cfg.overlap else None
     r["named_bar_10_11"] = len(re.findall(r"bar\.(?:sync|arrive) 1[01], 256", ptx))
+    r["wgmma_serialized"] = "C7513" in fi.ptxas_report(ptx)["ptxas_text"]
     out.append(r)
 print("REPORTS=" + json.dumps(out))
 """
@@ -192,7 +196,9 @@ def test_p_operand_bytes_not_reshuffled_with_pack_p(report):
     if report["loop_prmt"] is None:
         pytest.skip("no overlapped loop (hdim 256 runs block by block)")
     if report["config"]["pack_p"]:
-        assert report["loop_prmt"] <= report["config"]["block_n"] // 8, report["loop_prmt"]
+        # unpack_prmt: plus one prmt per operand register for the unpacking (16 at BLOCK_N 128)
+        extra = report["config"]["block_n"] // 8 if report["config"]["unpack_prmt"] else 0
+        assert report["loop_prmt"] <= report["config"]["block_n"] // 8 + extra, report["loop_prmt"]
     else:
         assert report["loop_prmt"] >= 100, report["loop_prmt"]
 
@@ -431,3 +437,15 @@ def test_ldsm_transpose_uses_transposing_loads(reports):
             assert r["ptx_counts"]["prmt.b32"] < row["ptx_counts"]["prmt.b32"]
         elif variant is None:
             assert n_ld == 0
+
+
+def test_unpack_prmt_keeps_wgmma_asynchronous(report):
+    """ptxas serialises every wgmma of a kernel (info C7513) when non-wgmma instructions define
+    a wgmma's input registers inside a pipeline stage. The packed-P rows' predicated unpacking
+    does (the shipped hdim 64 / 128 rows, measured that way in runs 7-14: fp8_log.md); with
+    unpack_prmt it does not, and neither do the rows without packed P."""
+    cfg = report["config"]
+    if cfg["pack_p"] and not cfg["unpack_prmt"]:
+        assert report["wgmma_serialized"]   # the known cost of the shipped form, until replaced
+    else:
+        assert not report["wgmma_serialized"]

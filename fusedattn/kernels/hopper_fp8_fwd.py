@@ -126,6 +126,9 @@ class Fp8FwdConfig:
     pingpong: bool = False     # FA3's warpgroup turns (named barriers 10/11), either loop
     # --- session-3 candidate (benchmarks/fp8_log.md), off until measured on a GPU ---
     # --- session-4 candidate (benchmarks/fp8_log.md), off until measured on a GPU ---
+    unpack_prmt: bool = False     # with pack_p: P's words unpacked by a plain prmt (kernel
+                                  # PACK_P == 2); the shipped predicated form serialises every
+                                  # wgmma (ptxas C7513, fp8_log.md)
     ldsm_transpose: bool = False  # V transposed with 16-bit transposing loads (ldmatrix.trans)
                                   # and 2 byte permutes per 8 bytes (_transpose_v_ldsm)
     persistent: bool = False   # grid = #SMs, each program walks tiles pid, pid + grid, ... in the
@@ -179,6 +182,10 @@ VARIANTS = {
     # session 4 (fp8_log.md, "Where the FP8 kernel's time goes"): the V transpose with
     # ldmatrix.trans, on top of each head dim's row (hdim 64 spills 4 B with it: not listed)
     "ldsm": ({"ldsm_transpose": True}, (128, 256)),
+    # session 4: P unpacked without the predicated mov (the shipped hdim 64 / 128 rows' wgmmas are
+    # all serialised by ptxas, C7513); alone and with the ldsm transpose
+    "unser": ({"unpack_prmt": True}, (64, 128)),
+    "unser_ldsm": ({"unpack_prmt": True, "ldsm_transpose": True}, (128,)),
 }
 
 
@@ -241,7 +248,8 @@ def _pack_p(p, M_WG: gl.constexpr, p_layout: gl.constexpr):
 
 
 @gluon.jit
-def _unpack_p(w, M_WG: gl.constexpr, fp8: gl.constexpr, p_layout: gl.constexpr):
+def _unpack_p(w, M_WG: gl.constexpr, fp8: gl.constexpr, p_layout: gl.constexpr,
+              MODE: gl.constexpr = 1):
     """The inverse of _pack_p: int32 (M_WG, BLOCK_N // 4) -> e4m3 (M_WG, BLOCK_N) in p_layout.
 
     Every word is broadcast to its four positions (two joins: position 4c + t, t = i + 2 j) next to
@@ -255,18 +263,36 @@ def _unpack_p(w, M_WG: gl.constexpr, fp8: gl.constexpr, p_layout: gl.constexpr):
     t = gl.join(t, t + 2)                          # i + 2 j
     w = gl.join(w, w)
     w = gl.join(w, w)                              # (M_WG, n4, 2, 2): the word at each position
-    y = gl.inline_asm_elementwise(
-        "{\n.reg .b32 s, u;\n.reg .pred p;\n"
-        "shl.b32 u, $6, 4;\n"
-        "or.b32 s, $5, u;\n"
-        "shl.b32 u, $7, 8;\n"
-        "or.b32 s, s, u;\n"
-        "shl.b32 u, $8, 12;\n"
-        "or.b32 s, s, u;\n"
-        "setp.eq.u32 p, s, 0x3210;\n"
-        "@p mov.b32 $0, $1;\n"
-        "@!p prmt.b32 $0, $1, 0, s;\n}",
-        "=r,r,r,r,r,r,r,r,r", [w, t], dtype=gl.float8e4nv, is_pure=True, pack=4)
+    if MODE == 2:
+        # (session 4) one unconditional prmt: the predicated mov / prmt pair below makes ptxas
+        # serialise every wgmma of the kernel (C7513: "non wgmma instructions defining input
+        # registers of a wgmma between start and end of the pipeline stage"), because these
+        # definitions sit between the QK^T issue and the P V issue; a plain prmt does not
+        # (CPU compile, ptxas info). Costs one prmt per operand register (16 per block, BLOCK_N
+        # 128) where the identity grouping needs none.
+        y = gl.inline_asm_elementwise(
+            "{\n.reg .b32 s, u;\n"
+            "shl.b32 u, $6, 4;\n"
+            "or.b32 s, $5, u;\n"
+            "shl.b32 u, $7, 8;\n"
+            "or.b32 s, s, u;\n"
+            "shl.b32 u, $8, 12;\n"
+            "or.b32 s, s, u;\n"
+            "prmt.b32 $0, $1, 0, s;\n}",
+            "=r,r,r,r,r,r,r,r,r", [w, t], dtype=gl.float8e4nv, is_pure=True, pack=4)
+    else:
+        y = gl.inline_asm_elementwise(
+            "{\n.reg .b32 s, u;\n.reg .pred p;\n"
+            "shl.b32 u, $6, 4;\n"
+            "or.b32 s, $5, u;\n"
+            "shl.b32 u, $7, 8;\n"
+            "or.b32 s, s, u;\n"
+            "shl.b32 u, $8, 12;\n"
+            "or.b32 s, s, u;\n"
+            "setp.eq.u32 p, s, 0x3210;\n"
+            "@p mov.b32 $0, $1;\n"
+            "@!p prmt.b32 $0, $1, 0, s;\n}",
+            "=r,r,r,r,r,r,r,r,r", [w, t], dtype=gl.float8e4nv, is_pure=True, pack=4)
     n: gl.constexpr = w.shape[1] * 4
     # (c, i, j) -> position 4c + 2 j + i
     return gl.convert_layout(y.permute((0, 1, 3, 2)).reshape([M_WG, n]), p_layout,
@@ -685,7 +711,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             mbarrier.wait(vt_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
             v = vt_smem.index(sp).permute((1, 0))          # (BLOCK_N, HEAD_DIM), K-major
             if PACK_P:
-                o_tok = warpgroup_mma(_unpack_p(p_prev, M_WG, fp8, p_layout), v, acc, is_async=True)
+                o_tok = warpgroup_mma(_unpack_p(p_prev, M_WG, fp8, p_layout, PACK_P), v, acc,
+                                      is_async=True)
             else:
                 o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
             if PINGPONG:
@@ -717,7 +744,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             mbarrier.wait(vt_ready.index(sl), ((kv_base + jl) // NUM_STAGES) & 1)
             v = vt_smem.index(sl).permute((1, 0))
             if PACK_P:
-                o_tok = warpgroup_mma(_unpack_p(p_prev, M_WG, fp8, p_layout), v, acc, is_async=True)
+                o_tok = warpgroup_mma(_unpack_p(p_prev, M_WG, fp8, p_layout, PACK_P), v, acc,
+                                      is_async=True)
             else:
                 o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
@@ -1133,7 +1161,8 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     return dict(CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma, PACK_P=cfg.pack_p,
+                PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma,
+                PACK_P=(2 if cfg.pack_p and cfg.unpack_prmt else cfg.pack_p),
                 PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent, LDSM_T=cfg.ldsm_transpose)
 
 
