@@ -50,6 +50,8 @@ def ptxas_report(ptx: str) -> dict:
     if m:
         out["registers_at_entry"] = int(m.group(1))
     out["c7508_setmaxnreg_ignored"] = "C7508" in text
+    # wgmma.mma_async serialised by ptxas (each one waited for before the next instruction)
+    out["c7513_wgmma_serialized"] = "C7513" in text
     return out
 
 
@@ -129,7 +131,8 @@ def format_report(r: dict) -> str:
         f"{r['shared_limit'] // 1024} KB)",
         f"  stack {r.get('stack')} B, spill stores {r.get('spill_stores')} B, "
         f"spill loads {r.get('spill_loads')} B, setmaxnreg ignored (C7508): "
-        f"{r['c7508_setmaxnreg_ignored']}",
+        f"{r['c7508_setmaxnreg_ignored']}, wgmma serialised (C7513): "
+        f"{r.get('c7513_wgmma_serialized')}",
         "  PTX: " + ", ".join(f"{k} {v}" for k, v in r["ptx_counts"].items()),
         "  SASS: " + ", ".join(f"{k} {v}" for k, v in r["sass_counts"].items()),
     ]
