@@ -2,12 +2,12 @@
 # One device call for the candidates built on the CPU since the last GPU run (every step checks
 # before it times; each has its own time cap; full logs under OUT, one tarball, a short summary):
 #   bash scripts/device_candidates.sh OUT [HOPPER_JOBS] [FP8_BUDGET_S]
-# HOPPER_JOBS: scripts/hopper_dev2.py jobs (default q128,e64,l128); FP8_BUDGET_S: the budget of
+# HOPPER_JOBS: scripts/hopper_dev2.py jobs (default q128,q64,l128); FP8_BUDGET_S: the budget of
 # scripts/hopper_fp8_dev.py (default 150; 0 skips it). Then scripts/fp8_outlier.py (seconds).
 # About 6 minutes with the defaults (hopper 200 s cap, FP8 180 s cap, outlier 60 s cap).
 set -u
 out=${1:?usage: device_candidates.sh OUT [HOPPER_JOBS] [FP8_BUDGET_S]}
-jobs=${2:-q128,e64,l128}
+jobs=${2:-q128,q64,l128}
 fp8_budget=${3:-150}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."

@@ -142,6 +142,8 @@ JOBS.update({
     "q128": (60, ["default", "qpf"],
              [(128, True, 1024), (128, True, 2048), (128, True, 4096), (128, True, 8192),
               (128, False, 1024), (128, False, 2048)], []),
+    "q64": (50, ["default", "qpf", "skip_empty"],
+            [(64, True, 1024), (64, True, 2048), (64, False, 1024), (64, False, 2048)], []),
 })
 DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
 # pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each

@@ -54,6 +54,7 @@ CASES = [
     (64, True, {"variant": "skip_empty"}),
     (128, True, {"variant": "qpf"}),
     (128, False, {"variant": "qpf"}),
+    (64, True, {"variant": "qpf"}),
     (128, False, {"variant": "persistent_tma_fma"}),
     # v5 candidates (hopper_log.md v5): dynamic longest-first scheduler, per-warpgroup bounds
     (128, True, {"variant": "pdyn_tma_fma"}),

@@ -326,7 +326,7 @@ VARIANTS = {
     # v10 (hopper_log.md v10): hdim 128 causal: two Q buffers instead of O's own tile, the next
     # tile's Q loaded during this tile (run 12's profile: consumers wait at each tile's start)
     # (non-causal: on the dynamic scheduler, which q_prefetch needs)
-    "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1}, (128,)),
+    "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1}, (128, 64)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "l2_16", "l2_64", "qpf"}
@@ -641,7 +641,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
               D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
               TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
               NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
-              SPLIT: gl.constexpr = False):
+              SPLIT: gl.constexpr = False, q_base=0):
     """One (batch, head, m-tile) work item of one consumer warpgroup.
 
     WGB (v5, causal, no pingpong): this warpgroup's own causal bounds: it computes only the K/V
@@ -666,7 +666,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     if NC == 3:
-        q = q_smem.index(WG).reshape([M_WG, HEAD_DIM])
+        if TMA_STORE == 3:  # q_smem holds both buffers' boxes; this tile's start at q_base
+            q = q_smem.index(q_base + WG).reshape([M_WG, HEAD_DIM])
+        else:
+            q = q_smem.index(WG).reshape([M_WG, HEAD_DIM])
     else:
         q = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
     rows = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_s)
@@ -890,15 +893,22 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         # that read them has completed) and out with one TMA store; the copy engine clips rows
         # past seqlen_q and padded head-dim columns.
         if NC == 3:
-            o_view = q_smem.index(WG).reshape([M_WG, HEAD_DIM])
+            if TMA_STORE == 3:
+                o_view = q_smem.index(q_base + WG).reshape([M_WG, HEAD_DIM])
+            else:
+                o_view = q_smem.index(WG).reshape([M_WG, HEAD_DIM])
         else:
             o_view = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
         o_view.store(out.to(dtype))
         fence_async_shared()
         gl.thread_barrier()  # the whole warpgroup has written its rows (a named barrier of 128)
         if NC == 3:
-            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
-                                            q_smem.index(WG))
+            if TMA_STORE == 3:
+                tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                                q_smem.index(q_base + WG))
+            else:
+                tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                                q_smem.index(WG))
         else:
             tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
                                             q_smem.slice(WG * M_WG, M_WG, dim=1))
@@ -1173,7 +1183,8 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
 @gluon.jit
 def _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, kk, num_tiles, n_bh, num_m_tiles,
                 l2_heads, heads, kv_group, seqlen_q, seqlen_k,
-                CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+                CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                NC: gl.constexpr = 2):
     # v10: the work item and Q of this program's kk-th tile (nxt) into buffer kk % 2, once the
     # consumers released that buffer (their arrival during tile kk - 1); past the last tile the
     # stop signal (more = 0, q_bar completed by a plain arrive)
@@ -1187,9 +1198,16 @@ def _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, kk, num_tiles, n
             CAUSAL, BLOCK_M, BLOCK_N)
         _publish_tile(tile_smem.index(sb), 1, b, h, m_start, n_blocks, n_unmasked, heads,
                       seqlen_q, seqlen_k)
-        mbarrier.expect(q_bar.index(sb), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar.index(sb),
-                                        q_smem.index(sb))
+        if NC == 3:  # three boxes of BLOCK_M // 3 rows into q_smem[4 sb .. 4 sb + 2]
+            M_Q: gl.constexpr = q_desc.block_type.shape[1]
+            mbarrier.expect(q_bar.index(sb), 3 * q_desc.block_type.nbytes)
+            for i in gl.static_range(3):
+                tma.async_copy_global_to_shared(q_desc, [b, m_start + i * M_Q, h, 0],
+                                                q_bar.index(sb), q_smem.index(4 * sb + i))
+        else:
+            mbarrier.expect(q_bar.index(sb), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar.index(sb),
+                                            q_smem.index(sb))
     else:
         _publish_tile(tile_smem.index(sb), 0, 0, 0, 0, 0, 0, 0, 0, 0)
         mbarrier.arrive(q_bar.index(sb), count=1)
@@ -1200,7 +1218,7 @@ def _producer_dynamic_pf(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
                          k_ready, v_ready, kv_empty, tile_smem, tile_counter,
                          n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                         NUM_STAGES: gl.constexpr):
+                         NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2):
     # v10 (TMA_STORE == 3): _producer_dynamic with two Q buffers. The next tile's id is fetched
     # at the start of a tile, and its work item and Q are loaded after this tile's first
     # NUM_STAGES K/V loads (by then the consumers have released the other buffer), so a tile's
@@ -1212,7 +1230,7 @@ def _producer_dynamic_pf(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
     tile = gl.program_id(0)
     # the first tile: buffer 0 is free (a fresh q_empty: the phase-1 wait passes at once)
     _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, tile, 0, num_tiles, n_bh, num_m_tiles,
-                l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+                l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NC)
     while tile < num_tiles:
         b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
             tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
@@ -1225,7 +1243,7 @@ def _producer_dynamic_pf(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
             if j == NUM_STAGES:
                 _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, k + 1, num_tiles,
                             n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
-                            CAUSAL, BLOCK_M, BLOCK_N)
+                            CAUSAL, BLOCK_M, BLOCK_N, NC)
             s = (c + j) % NUM_STAGES
             ph = ((c + j) // NUM_STAGES) & 1
             mbarrier.wait(kv_empty.index(s), ph ^ 1)
@@ -1239,7 +1257,7 @@ def _producer_dynamic_pf(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
         if n_blocks <= NUM_STAGES:
             _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, k + 1, num_tiles,
                         n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
-                        CAUSAL, BLOCK_M, BLOCK_N)
+                        CAUSAL, BLOCK_M, BLOCK_N, NC)
         c += n_blocks
         k += 1
         tile = nxt
@@ -1272,12 +1290,21 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
             more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(
                 tile_smem.index(sb))
             if more != 0:
-                c, t = _consumer(q_smem.index(sb), k_smem, v_smem, q_bar.index(sb), k_ready,
-                                 v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs, sq,
-                                 sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
-                                 WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                                 PINGPONG, c, t, (i // 2) & 1, q_empty.index(1 - sb), o_desc,
-                                 D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
+                if NC == 3:  # the boxes of buffer sb are q_smem[4 sb .. 4 sb + 2]
+                    c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(sb), k_ready,
+                                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs,
+                                     sq, sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
+                                     WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                                     PINGPONG, c, t, (i // 2) & 1, q_empty.index(1 - sb), o_desc,
+                                     D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT,
+                                     4 * sb)
+                else:
+                    c, t = _consumer(q_smem.index(sb), k_smem, v_smem, q_bar.index(sb), k_ready,
+                                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs,
+                                     sq, sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
+                                     WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                                     PINGPONG, c, t, (i // 2) & 1, q_empty.index(1 - sb), o_desc,
+                                     D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
                 i += 1
         else:
             mbarrier.wait(q_bar, i & 1)  # this tile's Q (or the stop signal) and its work item
@@ -1393,7 +1420,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
 
     dtype: gl.constexpr = q_desc.dtype
     if NUM_CONSUMERS == 3:  # q_desc box: BLOCK_M // 3 rows; buffers 0..2 used
-        q_smem = gl.allocate_shared_memory(dtype, [4] + q_desc.block_type.shape, q_desc.layout)
+        if TMA_STORE == 3:  # v10: two tiles' boxes, 0..2 and 4..6
+            q_smem = gl.allocate_shared_memory(dtype, [8] + q_desc.block_type.shape,
+                                               q_desc.layout)
+        else:
+            q_smem = gl.allocate_shared_memory(dtype, [4] + q_desc.block_type.shape,
+                                               q_desc.layout)
         q_load = q_smem
     elif TMA_STORE == 2:  # Q's tile and O's own tile (v6 o_buffer; the consumers split it)
         q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
@@ -1453,7 +1485,29 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
             else:
                 tile_smem = gl.allocate_shared_memory(gl.int32, [16],
                                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
-            if NUM_CONSUMERS == 3:
+            if NUM_CONSUMERS == 3 and TMA_STORE == 3:
+                gl.warp_specialize([
+                    (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                    (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                    (_consumer_dynamic_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                    (_producer_dynamic_pf, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                        q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                        num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                        BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
+                ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+            elif NUM_CONSUMERS == 3:
                 gl.warp_specialize([
                     (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
@@ -2022,9 +2076,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2):
         raise ValueError("o_buffer needs tma_store, persistent and two consumer warpgroups")
     if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
-                               and cfg.num_consumers == 2 and not cfg.o_buffer):
-        raise ValueError("q_prefetch needs tma_store, the dynamic scheduler, two consumer "
-                         "warpgroups and no o_buffer")
+                               and not cfg.o_buffer):
+        raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
     # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
     # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
     o_desc = _descriptor(out, cfg.block_m // cfg.num_consumers, d_pad) if cfg.tma_store else None
