@@ -125,14 +125,14 @@ class Fp8FwdConfig:
     pack_p: bool = False       # overlapped loop: P carried as packed 32-bit words (same values)
     pingpong: bool = False     # FA3's warpgroup turns (named barriers 10/11), either loop
     # --- session-3 candidate (benchmarks/fp8_log.md), off until measured on a GPU ---
-    # --- session-4 candidate (benchmarks/fp8_log.md), off until measured on a GPU ---
+    persistent: bool = False   # grid = #SMs, each program walks tiles pid, pid + grid, ... in the
+                               # one-tile grid's order; rings and pingpong turns carry across tiles
+    # --- session-4 candidates (benchmarks/fp8_log.md), off until measured on a GPU ---
     unpack_prmt: bool = False     # with pack_p: P's words unpacked by a plain prmt (kernel
                                   # PACK_P == 2); the shipped predicated form serialises every
                                   # wgmma (ptxas C7513, fp8_log.md)
     ldsm_transpose: bool = False  # V transposed with 16-bit transposing loads (ldmatrix.trans)
                                   # and 2 byte permutes per 8 bytes (_transpose_v_ldsm)
-    persistent: bool = False   # grid = #SMs, each program walks tiles pid, pid + grid, ... in the
-                               # one-tile grid's order; rings and pingpong turns carry across tiles
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -247,6 +247,17 @@ def _pack_p(p, M_WG: gl.constexpr, p_layout: gl.constexpr):
         "=r,r,r,r,r", [e0, e1, e2, e3], dtype=gl.int32, is_pure=True, pack=1)
 
 
+# _unpack_p's asm: the prmt selector s = t0 | t1 << 4 | t2 << 8 | t3 << 12 from the four
+# elements' byte indices, then byte r of the result = byte t_r of the word ($1)
+_UNPACK_SELECTOR = ("shl.b32 u, $6, 4;\n" "or.b32 s, $5, u;\n" "shl.b32 u, $7, 8;\n"
+                    "or.b32 s, s, u;\n" "shl.b32 u, $8, 12;\n" "or.b32 s, s, u;\n")
+_UNPACK_PREDICATED = gl.constexpr("{\n.reg .b32 s, u;\n.reg .pred p;\n" + _UNPACK_SELECTOR
+                                  + "setp.eq.u32 p, s, 0x3210;\n@p mov.b32 $0, $1;\n"
+                                  "@!p prmt.b32 $0, $1, 0, s;\n}")
+_UNPACK_PRMT = gl.constexpr("{\n.reg .b32 s, u;\n" + _UNPACK_SELECTOR
+                            + "prmt.b32 $0, $1, 0, s;\n}")
+
+
 @gluon.jit
 def _unpack_p(w, M_WG: gl.constexpr, fp8: gl.constexpr, p_layout: gl.constexpr,
               MODE: gl.constexpr = 1):
@@ -263,36 +274,18 @@ def _unpack_p(w, M_WG: gl.constexpr, fp8: gl.constexpr, p_layout: gl.constexpr,
     t = gl.join(t, t + 2)                          # i + 2 j
     w = gl.join(w, w)
     w = gl.join(w, w)                              # (M_WG, n4, 2, 2): the word at each position
+    # MODE 2 (session 4): one unconditional prmt. MODE 1's predicated mov / prmt pair makes
+    # ptxas serialise every wgmma of the kernel (C7513: "non wgmma instructions defining input
+    # registers of a wgmma between start and end of the pipeline stage"), because these
+    # definitions sit between the QK^T issue and the P V issue; a plain prmt does not (CPU
+    # compile, ptxas info). It costs one prmt per operand register (16 per block, BLOCK_N 128)
+    # where the identity grouping needs none.
     if MODE == 2:
-        # (session 4) one unconditional prmt: the predicated mov / prmt pair below makes ptxas
-        # serialise every wgmma of the kernel (C7513: "non wgmma instructions defining input
-        # registers of a wgmma between start and end of the pipeline stage"), because these
-        # definitions sit between the QK^T issue and the P V issue; a plain prmt does not
-        # (CPU compile, ptxas info). Costs one prmt per operand register (16 per block, BLOCK_N
-        # 128) where the identity grouping needs none.
-        y = gl.inline_asm_elementwise(
-            "{\n.reg .b32 s, u;\n"
-            "shl.b32 u, $6, 4;\n"
-            "or.b32 s, $5, u;\n"
-            "shl.b32 u, $7, 8;\n"
-            "or.b32 s, s, u;\n"
-            "shl.b32 u, $8, 12;\n"
-            "or.b32 s, s, u;\n"
-            "prmt.b32 $0, $1, 0, s;\n}",
-            "=r,r,r,r,r,r,r,r,r", [w, t], dtype=gl.float8e4nv, is_pure=True, pack=4)
+        asm: gl.constexpr = _UNPACK_PRMT
     else:
-        y = gl.inline_asm_elementwise(
-            "{\n.reg .b32 s, u;\n.reg .pred p;\n"
-            "shl.b32 u, $6, 4;\n"
-            "or.b32 s, $5, u;\n"
-            "shl.b32 u, $7, 8;\n"
-            "or.b32 s, s, u;\n"
-            "shl.b32 u, $8, 12;\n"
-            "or.b32 s, s, u;\n"
-            "setp.eq.u32 p, s, 0x3210;\n"
-            "@p mov.b32 $0, $1;\n"
-            "@!p prmt.b32 $0, $1, 0, s;\n}",
-            "=r,r,r,r,r,r,r,r,r", [w, t], dtype=gl.float8e4nv, is_pure=True, pack=4)
+        asm: gl.constexpr = _UNPACK_PREDICATED
+    y = gl.inline_asm_elementwise(asm, "=r,r,r,r,r,r,r,r,r", [w, t], dtype=gl.float8e4nv,
+                                  is_pure=True, pack=4)
     n: gl.constexpr = w.shape[1] * 4
     # (c, i, j) -> position 4c + 2 j + i
     return gl.convert_layout(y.permute((0, 1, 3, 2)).reshape([M_WG, n]), p_layout,
