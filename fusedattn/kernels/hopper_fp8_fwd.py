@@ -133,6 +133,11 @@ class Fp8FwdConfig:
                                   # wgmma (ptxas C7513, fp8_log.md)
     ldsm_transpose: bool = False  # V transposed with 16-bit transposing loads (ldmatrix.trans)
                                   # and 2 byte permutes per 8 bytes (_transpose_v_ldsm)
+    # --- session-5 candidate (benchmarks/fp8_log.md), off until measured on a GPU ---
+    lpt_order: bool = False       # causal, one-tile grid: program ids run longest tile first
+                                  # over L2 sections of (batch, head)s (the 16-bit kernel's
+                                  # dynamic schedule's order), instead of (batch, head) major
+    l2_section_kb: int = 32768    # lpt_order: K+V bytes per L2 section, KB (FA3: 32 MB)
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -186,6 +191,13 @@ VARIANTS = {
     # all serialised by ptxas, C7513); alone and with the ldsm transpose
     "unser": ({"unpack_prmt": True}, (64, 128)),
     "unser_ldsm": ({"unpack_prmt": True, "ldsm_transpose": True}, (128,)),
+    # session 5: causal tiles dispatched longest first over L2 sections (the one-tile grid was
+    # (batch, head) major: each head's tiles longest first, but a head's short tiles before the
+    # next head's long ones); only causal cells change
+    "lpt": ({"lpt_order": True}, (64, 128, 256)),
+    # the same with 256 KB sections: at the check stage's shapes the 32 MB sections hold every
+    # head (one section), these several (its causal GQA case: 4 sections of 2 heads)
+    "lpt_s256k": ({"lpt_order": True, "l2_section_kb": 256}, (128,)),
 }
 
 
@@ -524,19 +536,38 @@ def _tile_of(tile, seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles,
 
 @gluon.jit
 def _tile(seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles,
-          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          LPT: gl.constexpr = 0, HEAD_DIM: gl.constexpr = 0):
     """This program's (b, h, kv head, first row, key blocks, key blocks needing no mask).
 
     Computed in each partition from the kernel arguments (instead of being captured from the
     prologue) so that ptxas can rematerialise them rather than keep them live: at hdim 256 every
     register counts. 1-D grid over (batch * heads) x m-tiles, (batch, head) major; causal: the
-    longest tiles (largest m) first.
+    longest tiles (largest m) first. LPT > 0 (causal; LPT = the L2 section's KB): program ids
+    run over L2 sections of (batch, head)s whose K and V (e4m3) fit in LPT KB (at least one kv
+    head's q heads), inside a section from the last m-tile to the first, heads fastest, so the
+    hardware's in-order block dispatch hands out the longest remaining tile first. The section
+    size is computed here from arguments every partition holds anyway (a kernel argument more
+    spilled: 2-16 B).
     """
     pid = gl.program_id(0)
-    bh = pid // num_m_tiles
-    pid_m = pid % num_m_tiles
-    if CAUSAL:
-        pid_m = num_m_tiles - 1 - pid_m
+    if LPT > 0:
+        kv_group = heads // kv_heads
+        n_bh = gl.num_programs(0) // num_m_tiles
+        l2_heads = gl.maximum((LPT * 1024) // (seqlen_k * (2 * HEAD_DIM)), 1) * kv_group
+        l2_heads = gl.minimum(l2_heads, n_bh)
+        sec_tiles = l2_heads * num_m_tiles
+        sec = pid // sec_tiles
+        r = pid - sec * sec_tiles
+        sec_heads = gl.minimum(l2_heads, n_bh - sec * l2_heads)  # the last section may be short
+        m_rev = r // sec_heads
+        bh = sec * l2_heads + (r - m_rev * sec_heads)
+        pid_m = num_m_tiles - 1 - m_rev
+    else:
+        bh = pid // num_m_tiles
+        pid_m = pid % num_m_tiles
+        if CAUSAL:
+            pid_m = num_m_tiles - 1 - pid_m
     b = bh // heads
     h = bh % heads
     kvh = h // (heads // kv_heads)
@@ -608,7 +639,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
               OVERLAP: gl.constexpr, PREFETCH: gl.constexpr = False, FMA: gl.constexpr = False,
               PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
-              tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False):
+              tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False,
+              LPT: gl.constexpr = 0):
     """One tile of one consumer warpgroup. PERSISTENT: the tile `tile`, with the K / V^T rings at
     kv_base and Q's phase q_phase; Q is released (q_empty) after the tile's last QK^T, and the
     pingpong turns run on from the previous tile (the caller opened the first one)."""
@@ -620,7 +652,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
                                                             BLOCK_M, BLOCK_N)
     else:
         b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
-                                                         num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
+                                                         num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
+                                                         LPT, HEAD_DIM)
     causal_off = seqlen_k - seqlen_q
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 32])
@@ -795,12 +828,12 @@ def _consumer_wg0(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                   PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                  PINGPONG: gl.constexpr):
+                  PINGPONG: gl.constexpr, LPT: gl.constexpr = 0):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
               0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P,
-              PINGPONG)
+              PINGPONG, LPT=LPT)
 
 
 @gluon.jit
@@ -811,12 +844,12 @@ def _consumer_wg1(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                   PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                  PINGPONG: gl.constexpr):
+                  PINGPONG: gl.constexpr, LPT: gl.constexpr = 0):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
               1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P,
-              PINGPONG)
+              PINGPONG, LPT=LPT)
 
 
 @gluon.jit
@@ -920,9 +953,11 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                         PREFETCH: gl.constexpr = False, SOFTMAX_FMA: gl.constexpr = False,
                         PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
-                        PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False):
+                        PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False,
+                        LPT: gl.constexpr = 0):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
-                                                     num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
+                                                     num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
+                                                     LPT, HEAD_DIM)
 
     fp8: gl.constexpr = q_desc.dtype
     vt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
@@ -977,13 +1012,13 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk,
                          CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                         SOFTMAX_FMA, PACK_P, PINGPONG)),
+                         SOFTMAX_FMA, PACK_P, PINGPONG, LPT)),
         (_consumer_wg1, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                          out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk,
                          CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                         SOFTMAX_FMA, PACK_P, PINGPONG)),
+                         SOFTMAX_FMA, PACK_P, PINGPONG, LPT)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                      q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                      b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, 0,
@@ -1156,7 +1191,9 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma,
                 PACK_P=(2 if cfg.pack_p and cfg.unpack_prmt else cfg.pack_p),
-                PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent, LDSM_T=cfg.ldsm_transpose)
+                PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent, LDSM_T=cfg.ldsm_transpose,
+                LPT=(cfg.l2_section_kb if cfg.lpt_order and causal and not cfg.persistent
+                     else 0))
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
