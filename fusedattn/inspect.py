@@ -50,8 +50,12 @@ def ptxas_report(ptx: str) -> dict:
     if m:
         out["registers_at_entry"] = int(m.group(1))
     out["c7508_setmaxnreg_ignored"] = "C7508" in text
-    # wgmma.mma_async serialised by ptxas (each one waited for before the next instruction)
-    out["c7513_wgmma_serialized"] = "C7513" in text
+    # wgmma.mma_async serialised by ptxas (each one waited for before the next instruction):
+    # the info codes that say so (C7513: a non-wgmma instruction defines a wgmma's input
+    # registers inside a pipeline stage; C7512: not enough registers), [] when none
+    out["wgmma_serialized"] = sorted(set(re.findall(
+        r"\((C75\d\d)\)[^\n]*wgmma\.mma_async instructions are serialized", text)))
+    out["c7513_wgmma_serialized"] = "C7513" in out["wgmma_serialized"]
     return out
 
 
@@ -62,9 +66,31 @@ def sass_counts(cubin: bytes) -> dict:
             f.write(cubin)
         res = subprocess.run([_tool("cuobjdump"), "--dump-sass", path], capture_output=True, text=True)
     sass = res.stdout
-    return {"sass": sass, "HGMMA": sass.count("HGMMA"), "USETMAXREG": sass.count("USETMAXREG"),
+    return {"sass": sass, "HGMMA": sass.count("HGMMA"), **_gmma_waits(sass),
+            "USETMAXREG": sass.count("USETMAXREG"),
             "LDL": len(re.findall(r"\bLDL\b", sass)), "STL": len(re.findall(r"\bSTL\b", sass)),
             "UTMASTG": sass.count("UTMASTG"), "BAR": len(re.findall(r"\bBAR\.", sass))}
+
+
+def _gmma_waits(sass: str) -> dict:
+    """GMMA: tensor-core instructions (HGMMA, QGMMA, ...); GMMA_WAITED: those followed by a
+    ``WARPGROUP.DEPBAR`` (a wait for the warpgroup's products) before any other GMMA and within
+    four instructions. An asynchronous pipeline waits once per group of products (a few per
+    key block); a serialised one after nearly every product, whatever ptxas's report says."""
+    ins = [ln.split(";")[0] for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
+    ins = [re.sub(r"/\*[0-9a-f]{4,}\*/", "", ln).strip() for ln in ins]
+    ins = [i for i in ins if i]
+    total = waited = 0
+    for a, i in enumerate(ins):
+        if re.search(r"\b[A-Z]GMMA\.", i):
+            total += 1
+            for nxt in ins[a + 1:a + 5]:
+                if "WARPGROUP.DEPBAR" in nxt:
+                    waited += 1
+                    break
+                if re.search(r"\b[A-Z]GMMA\.", nxt):
+                    break
+    return {"GMMA": total, "GMMA_WAITED": waited}
 
 
 def sass_digest(sass: str) -> str:
@@ -131,8 +157,8 @@ def format_report(r: dict) -> str:
         f"{r['shared_limit'] // 1024} KB)",
         f"  stack {r.get('stack')} B, spill stores {r.get('spill_stores')} B, "
         f"spill loads {r.get('spill_loads')} B, setmaxnreg ignored (C7508): "
-        f"{r['c7508_setmaxnreg_ignored']}, wgmma serialised (C7513): "
-        f"{r.get('c7513_wgmma_serialized')}",
+        f"{r['c7508_setmaxnreg_ignored']}, wgmma serialised by ptxas: "
+        f"{', '.join(r.get('wgmma_serialized') or []) or 'no'}",
         "  PTX: " + ", ".join(f"{k} {v}" for k, v in r["ptx_counts"].items()),
         "  SASS: " + ", ".join(f"{k} {v}" for k, v in r["sass_counts"].items()),
     ]

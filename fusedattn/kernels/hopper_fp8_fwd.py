@@ -198,6 +198,10 @@ VARIANTS = {
     # the same with 256 KB sections: at the check stage's shapes the 32 MB sections hold every
     # head (one section), these several (its causal GQA case: 4 sections of 2 heads)
     "lpt_s256k": ({"lpt_order": True, "l2_section_kb": 256}, (128,)),
+    # not timed (no head dims): hdim 256 with the overlap, P packed and unpacked by prmt spills
+    # 16 B in consumer warpgroup 0 and ptxas serialises every wgmma (C7512, registers); kept so
+    # that a CPU test notices when a compiler update changes that
+    "overlap_unser": ({"overlap": True, "pack_p": True, "unpack_prmt": True}, ()),
 }
 
 
