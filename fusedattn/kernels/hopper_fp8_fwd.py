@@ -198,6 +198,11 @@ VARIANTS = {
     # the same with 256 KB sections: at the check stage's shapes the 32 MB sections hold every
     # head (one section), these several (its causal GQA case: 4 sections of 2 heads)
     "lpt_s256k": ({"lpt_order": True, "l2_section_kb": 256}, (128,)),
+    # session 5: hdim 256 with the overlap, made to fit by the ldsm transpose's producer at 24
+    # registers (consumers 240 + 240): no serialisation, no spill in the consumers' key-block
+    # loops (the producer spills a few words per block; the causal form more, around the loops)
+    "ov256": ({"overlap": True, "pack_p": True, "unpack_prmt": True, "ldsm_transpose": True,
+               "producer_regs": 24}, (256,)),
     # not timed (no head dims): hdim 256 with the overlap, P packed and unpacked by prmt spills
     # 16 B in consumer warpgroup 0 and ptxas serialises every wgmma (C7512, registers); kept so
     # that a CPU test notices when a compiler update changes that
