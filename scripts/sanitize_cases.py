@@ -1,6 +1,10 @@
 """Small shapes of every GPU backend configuration, for compute-sanitizer (memcheck, racecheck).
 
     compute-sanitizer --tool memcheck python scripts/sanitize_cases.py [BACKEND ...]
+
+BACKEND: triton, hopper (16-bit forward and backward), fp8 (the hopper FP8 forward: the
+quantiser and the attention kernel, every head dim, causal and not, GQA, ragged lengths, one
+q block of 64 rows); default triton and hopper.
 """
 
 import os
@@ -14,6 +18,21 @@ import fusedattn  # noqa: E402
 torch.manual_seed(0)
 cases = 0
 for backend in sys.argv[1:] or ("triton", "hopper"):
+    if backend == "fp8":
+        for d in (64, 128, 256):
+            for causal in (False, True):
+                for sq, sk, h, hk in ((130, 200, 4, 2), (77, 300, 2, 1)):
+                    q = torch.randn(1, sq, h, d, device="cuda", dtype=torch.bfloat16)
+                    k = torch.randn(1, sk, hk, d, device="cuda", dtype=torch.bfloat16)
+                    v = torch.randn(1, sk, hk, d, device="cuda", dtype=torch.bfloat16)
+                    fusedattn.attention_fp8(q, k, v, causal=causal, backend="hopper")
+                    cases += 1
+            kq = fusedattn.quantize_fp8(k, role="k", rotate=False)
+            vq = fusedattn.quantize_fp8(v, role="v")
+            qq = fusedattn.quantize_fp8(q, role="q", rotate=False, block_size=64)
+            fusedattn.attention_fp8(qq, kq, vq, causal=True, backend="hopper")
+            cases += 1
+        continue
     for dtype in (torch.float16, torch.bfloat16):
         for d in (64, 96, 128, 256):
             for causal in (False, True):
@@ -37,4 +56,4 @@ for backend in sys.argv[1:] or ("triton", "hopper"):
             fusedattn.attention(q, k, k, causal=causal, backend=backend)
             cases += 1
 torch.cuda.synchronize()
-print(f"sanitize_cases: ran {cases} forward+backward cases")
+print(f"sanitize_cases: ran {cases} cases")
