@@ -85,6 +85,8 @@ VERIFIED |= {"pdyn_tmao_fma", "persistent_tmao_fma", "d64_3wg_n128_s3", "d64_3wg
              "d64_3wg_n128_ptma_s3"}
 # run 13 (hopper_log.md v8 results): smoke and checks passed
 VERIFIED |= {"split", "split_tma"}
+# run 15 (hopper_log.md v9 / v10 results): smoke and checks passed (qpf failed at hdim 64 causal)
+VERIFIED |= {"skip_empty", "keep_empty"}
 EXTRA_VARIANTS = {"plain": {"overlap": False}}  # WS alone: no overlap, no pingpong (runs 1-2)
 
 ABLATION_SHAPE = (4, 8448, 16, 128)

@@ -51,6 +51,8 @@ CASES = [  # (head_dim, causal, variant): the table's rows at every head dim, ca
     (256, True, "ldsm"),
     (256, True, "lpt"),          # session 5: causal tiles longest first over L2 sections
     (64, True, "lpt"),
+    (128, False, "no_ldsm"),     # the hdim 128 / 256 rows without the ldsm transpose (run 15)
+    (256, True, "no_ldsm"),
     # (the persistent loop compiled spill-free on hdim 64's first-run row; on its row since device
     # run 11, pack_fma_pp, it spills 8 B, and it lost at causal in run 11: not listed here,
     # fp8_log.md)
@@ -227,15 +229,18 @@ def test_variants_table():
         for d in dims:
             cfg = F.get_config(d, **over)
             assert cfg.overlap or not (cfg.pack_p or cfg.prefetch_scales), name
-    # the table's rows: the first-run configuration plus the variant that won its head dim in
-    # device run 7 (hdim 128 / 256) and run 11 (hdim 64)
+    # the table's rows: the first-run configuration plus the variants that won its head dim in
+    # device run 7 (hdim 128 / 256), run 11 (hdim 64) and run 15 (all three)
     first_run = {64: F.Fp8FwdConfig(num_stages=3, v_stages=2),
                  128: F.Fp8FwdConfig(num_stages=2, v_stages=2),
                  256: F.Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False)}
-    chosen = {64: F.VARIANTS["pack_fma_pp"][0], 128: F.VARIANTS["pack_fma_pp"][0],
-              256: F.VARIANTS["fma_pp"][0]}
+    chosen = {64: ["pack_fma_pp", "lpt"], 128: ["pack_fma_pp", "unser_ldsm", "lpt"],
+              256: ["fma_pp", "ldsm", "lpt"]}
     for d in F.SUPPORTED_HEAD_DIMS:
-        assert F.get_config(d) == replace(first_run[d], **chosen[d]), d
+        want = first_run[d]
+        for name in chosen[d]:
+            want = replace(want, **F.VARIANTS[name][0])
+        assert F.get_config(d) == want, d
 
 
 # --- the kernel's arithmetic, emulated ------------------------------------------------------------
@@ -408,7 +413,9 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     out, lse = F.forward(qq, kq, vq, True, 0.1)
     assert out.shape == q.shape and out.dtype == torch.bfloat16
     assert lse.shape == (2, 4, 300) and lse.dtype == torch.float32
-    assert seen["grid"] == (2 * 4 * 3,)
+    # causal, lpt_order (every row since device run 15): a 3-D grid (heads of an L2 section,
+    # m-tiles, sections); here all 8 (batch, head)s fit in one 32 MB section
+    assert seen["grid"] == (2 * 4, 3, 1) and seen["kwargs"]["LPT"] is True
     names = kernel.arg_names
     positional = names[:len(seen["args"])]
     assert set(seen["kwargs"]) - {"num_warps", "maxnreg"} == set(names[len(positional):])
@@ -422,6 +429,13 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     # persistent: one program per SM at most (a CPU tensor counts 132), walking the 24 tiles
     F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, persistent=True))
     assert seen["grid"] == (24,) and seen["kwargs"]["PERSISTENT"] is True
+    assert seen["kwargs"]["LPT"] is False
+    # sections of 4 (batch, head)s: K and V of one kv head are 2 * 260 * 128 B = 65 KB, so 130 KB
+    # holds 2 kv heads = 4 q heads
+    F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, l2_section_kb=130))
+    assert seen["grid"] == (4, 3, 2)
+    F.forward(qq, kq, vq, False, 0.1)   # non-causal: the 1-D (batch, head)-major grid
+    assert seen["grid"] == (24,) and seen["kwargs"]["LPT"] is False
     q2 = torch.randn(4, 1100, 8, 128, generator=g).to(torch.bfloat16)
     q2q = quantize_fp8(q2, block_size=64, role="q", rotate=True)
     k2 = quantize_fp8(q2, role="k", rotate=True)
@@ -430,19 +444,43 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     assert seen["grid"] == (132,)   # 4 * 8 * 9 = 288 tiles
 
 
+def test_lpt_section_heads():
+    """A section is a divisor of batch * heads (the grid's x extent), within the L2 budget, a
+    multiple of the kv group when one fits, and at least one kv head's q heads."""
+    for n_bh in (1, 6, 8, 12, 30, 64, 96, 128, 1000):
+        for kv_group in (1, 2, 4):
+            for seqlen_k in (100, 2048, 8192, 100000):
+                for kb in (64, 1024, 32768):
+                    sec = F.lpt_section_heads(n_bh, kv_group, seqlen_k, 128, kb)
+                    fit = max(1, kb * 1024 // (2 * seqlen_k * 128)) * kv_group
+                    assert n_bh % sec == 0 and 1 <= sec <= max(fit, 1)
+                    if n_bh % kv_group == 0 and kv_group <= fit:
+                        assert sec % kv_group == 0
+                    # the largest such divisor
+                    assert not any(n_bh % d == 0 and d <= fit and
+                                   (d % kv_group == 0 or sec % kv_group != 0)
+                                   for d in range(sec + 1, n_bh + 1))
+    assert F.lpt_section_heads(128, 1, 2048, 128, 32768) == 64   # the bench's hdim 128 2k cell
+
+
 def test_ldsm_transpose_uses_transposing_loads(reports):
-    """The ldsm candidate reads V through ldmatrix.trans (HEAD_DIM // 64 chunks of four x4 loads
-    per block) and leaves fewer byte permutes than the table's row at the same head dim, whose
-    transpose has none of those loads."""
+    """With ldsm_transpose (the hdim 128 / 256 rows since device run 15) V is read through
+    ldmatrix.trans (HEAD_DIM // 64 chunks of four x4 loads per block), with fewer byte permutes
+    than the same configuration without it (variant no_ldsm), whose transpose has none of those
+    loads."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
+    compared = 0
     for (d, causal, variant), r in by.items():
         n_ld = r["ptx_counts"]["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"]
-        if variant == "ldsm":
+        if r["config"]["ldsm_transpose"]:
             assert n_ld == 4 * (d // 64), (d, n_ld)
-            row = by.get((d, causal, None)) or by[(d, False, None)]
-            assert r["ptx_counts"]["prmt.b32"] < row["ptx_counts"]["prmt.b32"]
-        elif variant is None:
+            base = by.get((d, causal, "no_ldsm"))
+            if base is not None and variant is None:
+                assert r["ptx_counts"]["prmt.b32"] < base["ptx_counts"]["prmt.b32"]
+                compared += 1
+        else:
             assert n_ld == 0
+    assert compared >= 2
 
 
 def test_unpack_prmt_keeps_wgmma_asynchronous(report):

@@ -85,6 +85,7 @@ have any block_size (the scale is looked up per row).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -155,14 +156,28 @@ CONFIGS = {
     # P packed, FFMA softmax and pingpong (variant pack_fma_pp), device run 11: s=2048/8192
     # non-causal 374/427 vs 294/328, causal 282/394 vs 207/297 (+27/+30/+36/+32%); best or within
     # 2% of the best of 6 in all four cells. The persistent loop on top: -9..+4% (run 11).
-    64: Fp8FwdConfig(num_stages=3, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True),
+    # Causal tiles longest first over L2 sections (variant lpt), device run 15: causal s=2048
+    # 288 vs 280 (+3.0%), non-causal unchanged (same kernel). P unpacked by prmt (unser, which
+    # ends ptxas's serialisation of every wgmma): +1.6/-1.3/+2.5%, flat: not adopted.
+    64: Fp8FwdConfig(num_stages=3, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True,
+                     lpt_order=True),
     # P packed to e4m3 in registers (pack_p), FFMA softmax and pingpong between the consumer
     # warpgroups (variant pack_fma_pp), device run 7: s=2048/8192 non-causal 573/669 vs 497/573,
     # causal 438/611 vs 345/507 (+15..27%); best of 6 in all four cells.
-    128: Fp8FwdConfig(num_stages=2, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True),
+    # Then P unpacked by prmt and V transposed through ldmatrix.trans (variant unser_ldsm),
+    # device run 15: s=2048/8192 non-causal 604/708 vs 568/664 (+6.4/+6.6%), causal 456/643 vs
+    # 433/606 (+5.1/+6.1%), best or within 0.3% of the best of 6 in every cell; and causal tiles
+    # longest first (variant lpt, measured alone: causal +2.8/+5.0%).
+    128: Fp8FwdConfig(num_stages=2, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True,
+                      unpack_prmt=True, ldsm_transpose=True, lpt_order=True),
     # block by block (no overlap) with FFMA softmax and pingpong (variant fma_pp), device run 7:
     # s=2048/8192 non-causal 851/962 vs 813/922, causal 643/863 vs 620/849 (+2..5%).
-    256: Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False, softmax_fma=True, pingpong=True),
+    # Then the V transpose through ldmatrix.trans (variant ldsm), device run 15: s=2048/8192
+    # non-causal 877/1005 vs 852/966 (+2.9/+4.1%), causal 657/894 vs 642/867 (+2.5/+3.1%); and
+    # causal tiles longest first (variant lpt, alone: causal +0.3/+5.3%). The overlapped loop
+    # (variant ov256) was no better than ldsm alone (+2.6/+4.0%, causal -3.9/+2.1%).
+    256: Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False, softmax_fma=True, pingpong=True,
+                      ldsm_transpose=True, lpt_order=True),
 }
 
 
@@ -185,24 +200,30 @@ VARIANTS = {
     # (measured in run 11 at every head dim: -24..+5%, not adopted; not timed again)
     "persistent": ({"persistent": True}, ()),
     # session 4 (fp8_log.md, "Where the FP8 kernel's time goes"): the V transpose with
-    # ldmatrix.trans, on top of each head dim's row (hdim 64 spills 4 B with it: not listed)
-    "ldsm": ({"ldsm_transpose": True}, (128, 256)),
+    # ldmatrix.trans, on top of each head dim's row (hdim 64 spills 4 B with it: not listed);
+    # device run 15: +1..4% at 128 / 256, in both rows since
+    "ldsm": ({"ldsm_transpose": True}, ()),
+    "no_ldsm": ({"ldsm_transpose": False}, ()),   # the hdim 128 / 256 rows before run 15
     # session 4: P unpacked without the predicated mov (the shipped hdim 64 / 128 rows' wgmmas are
-    # all serialised by ptxas, C7513); alone and with the ldsm transpose
-    "unser": ({"unpack_prmt": True}, (64, 128)),
-    "unser_ldsm": ({"unpack_prmt": True, "ldsm_transpose": True}, (128,)),
+    # all serialised by ptxas, C7513); alone and with the ldsm transpose. Device run 15: unser
+    # +3..7% at 128 (predicted +15..40%), flat at 64; unser_ldsm in hdim 128's row since
+    "unser": ({"unpack_prmt": True}, ()),
+    "unser_ldsm": ({"unpack_prmt": True, "ldsm_transpose": True}, ()),
     # session 5: causal tiles dispatched longest first over L2 sections (the one-tile grid was
     # (batch, head) major: each head's tiles longest first, but a head's short tiles before the
-    # next head's long ones); only causal cells change
-    "lpt": ({"lpt_order": True}, (64, 128, 256)),
+    # next head's long ones); only causal cells change. Device run 15: causal +0.3..5.3%, in
+    # every row since
+    "lpt": ({"lpt_order": True}, ()),
     # the same with 256 KB sections: at the check stage's shapes the 32 MB sections hold every
-    # head (one section), these several (its causal GQA case: 4 sections of 2 heads)
-    "lpt_s256k": ({"lpt_order": True, "l2_section_kb": 256}, (128,)),
+    # head (one section), these several (its causal GQA case: 4 sections of 2 heads; passed in
+    # device run 15, and timed: +0.8/+1.1% causal at hdim 128, below lpt's 32 MB)
+    "lpt_s256k": ({"lpt_order": True, "l2_section_kb": 256}, ()),
     # session 5: hdim 256 with the overlap, made to fit by the ldsm transpose's producer at 24
     # registers (consumers 240 + 240): no serialisation, no spill in the consumers' key-block
-    # loops (the producer spills a few words per block; the causal form more, around the loops)
+    # loops (the producer spills a few words per block; the causal form more, around the loops).
+    # Device run 15: no better than ldsm alone (+2.6/+4.0% non-causal, -3.9/+2.1% causal)
     "ov256": ({"overlap": True, "pack_p": True, "unpack_prmt": True, "ldsm_transpose": True,
-               "producer_regs": 24}, (256,)),
+               "producer_regs": 24}, ()),
     # not timed (no head dims): hdim 256 with the overlap, P packed and unpacked by prmt spills
     # 16 B in consumer warpgroup 0 and ptxas serialises every wgmma (C7512, registers); kept so
     # that a CPU test notices when a compiler update changes that
@@ -546,33 +567,23 @@ def _tile_of(tile, seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles,
 @gluon.jit
 def _tile(seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles,
           CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          LPT: gl.constexpr = 0, HEAD_DIM: gl.constexpr = 0):
+          LPT: gl.constexpr = False):
     """This program's (b, h, kv head, first row, key blocks, key blocks needing no mask).
 
     Computed in each partition from the kernel arguments (instead of being captured from the
     prologue) so that ptxas can rematerialise them rather than keep them live: at hdim 256 every
     register counts. 1-D grid over (batch * heads) x m-tiles, (batch, head) major; causal: the
-    longest tiles (largest m) first. LPT > 0 (causal; LPT = the L2 section's KB): program ids
-    run over L2 sections of (batch, head)s whose K and V (e4m3) fit in LPT KB (at least one kv
-    head's q heads), inside a section from the last m-tile to the first, heads fastest, so the
-    hardware's in-order block dispatch hands out the longest remaining tile first. The section
-    size is computed here from arguments every partition holds anyway (a kernel argument more
-    spilled: 2-16 B).
+    longest tiles (largest m) first. LPT (causal): a 3-D grid (heads of an L2 section, m-tiles,
+    sections); the hardware dispatches blocks x fastest, then y, then z, so the SM that frees up
+    first gets the longest remaining tile of the current section (forward() chooses the section
+    size, a divisor of batch * heads). No division here: an in-kernel decode of a 1-D id cost
+    one spilled register at hdim 128 causal.
     """
-    pid = gl.program_id(0)
-    if LPT > 0:
-        kv_group = heads // kv_heads
-        n_bh = gl.num_programs(0) // num_m_tiles
-        l2_heads = gl.maximum((LPT * 1024) // (seqlen_k * (2 * HEAD_DIM)), 1) * kv_group
-        l2_heads = gl.minimum(l2_heads, n_bh)
-        sec_tiles = l2_heads * num_m_tiles
-        sec = pid // sec_tiles
-        r = pid - sec * sec_tiles
-        sec_heads = gl.minimum(l2_heads, n_bh - sec * l2_heads)  # the last section may be short
-        m_rev = r // sec_heads
-        bh = sec * l2_heads + (r - m_rev * sec_heads)
-        pid_m = num_m_tiles - 1 - m_rev
+    if LPT:
+        bh = gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)
+        pid_m = num_m_tiles - 1 - gl.program_id(1)
     else:
+        pid = gl.program_id(0)
         bh = pid // num_m_tiles
         pid_m = pid % num_m_tiles
         if CAUSAL:
@@ -649,7 +660,7 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               OVERLAP: gl.constexpr, PREFETCH: gl.constexpr = False, FMA: gl.constexpr = False,
               PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
               tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False,
-              LPT: gl.constexpr = 0):
+              LPT: gl.constexpr = False):
     """One tile of one consumer warpgroup. PERSISTENT: the tile `tile`, with the K / V^T rings at
     kv_base and Q's phase q_phase; Q is released (q_empty) after the tile's last QK^T, and the
     pingpong turns run on from the previous tile (the caller opened the first one)."""
@@ -662,7 +673,7 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     else:
         b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                          num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
-                                                         LPT, HEAD_DIM)
+                                                         LPT)
     causal_off = seqlen_k - seqlen_q
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 32])
@@ -837,7 +848,7 @@ def _consumer_wg0(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                   PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                  PINGPONG: gl.constexpr, LPT: gl.constexpr = 0):
+                  PINGPONG: gl.constexpr, LPT: gl.constexpr = False):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
@@ -853,7 +864,7 @@ def _consumer_wg1(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                   PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                  PINGPONG: gl.constexpr, LPT: gl.constexpr = 0):
+                  PINGPONG: gl.constexpr, LPT: gl.constexpr = False):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
@@ -963,10 +974,10 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         PREFETCH: gl.constexpr = False, SOFTMAX_FMA: gl.constexpr = False,
                         PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
                         PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False,
-                        LPT: gl.constexpr = 0):
+                        LPT: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
-                                                     LPT, HEAD_DIM)
+                                                     LPT)
 
     fp8: gl.constexpr = q_desc.dtype
     vt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
@@ -1110,6 +1121,19 @@ def supports(qq, kq, vq, causal: bool = False) -> str | None:
     return _block_size_error(qq, kq, vq, get_config(d))
 
 
+@functools.lru_cache(maxsize=1024)
+def lpt_section_heads(n_bh: int, kv_group: int, seqlen_k: int, head_dim: int,
+                      section_kb: int) -> int:
+    """(batch, head)s per L2 section of the lpt_order grid: the largest divisor of n_bh whose
+    heads' e4m3 K and V fit in section_kb KB (at least one kv head's q heads), preferring
+    multiples of kv_group (the q heads that share one kv head)."""
+    fit = max(1, section_kb * 1024 // (2 * seqlen_k * head_dim)) * kv_group
+    small = [d for d in range(1, math.isqrt(n_bh) + 1) if n_bh % d == 0]
+    divisors = [d for d in set(small + [n_bh // d for d in small]) if d <= fit]
+    grouped = [d for d in divisors if d % kv_group == 0]
+    return max(grouped or divisors)
+
+
 def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             config: Fp8FwdConfig | None = None, out_dtype: torch.dtype = torch.bfloat16,
             _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
@@ -1164,6 +1188,13 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     if cfg.persistent:
         grid = (min(grid[0], _num_sms(dev)),)
     cx = _constexprs(head_dim, causal, cfg)
+    if cx["LPT"]:
+        sec = lpt_section_heads(batch * heads, heads // kv_heads, seqlen_k, head_dim,
+                                cfg.l2_section_kb)
+        grid = (sec, num_m_tiles, batch * heads // sec)
+        if max(grid[1:]) > 65535:   # CUDA's limit on grid y / z: the 1-D (batch, head)-major order
+            cx["LPT"] = False
+            grid = (batch * heads * num_m_tiles,)
     if cx["SOFTMAX_FMA"] and not scale > 0:   # the raw-score max needs a positive scale
         cx["SOFTMAX_FMA"] = False
     args = (q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
@@ -1201,8 +1232,7 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma,
                 PACK_P=(2 if cfg.pack_p and cfg.unpack_prmt else cfg.pack_p),
                 PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent, LDSM_T=cfg.ldsm_transpose,
-                LPT=(cfg.l2_section_kb if cfg.lpt_order and causal and not cfg.persistent
-                     else 0))
+                LPT=bool(cfg.lpt_order and causal and not cfg.persistent))
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
