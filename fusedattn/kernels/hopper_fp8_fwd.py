@@ -224,6 +224,10 @@ VARIANTS = {
     # Device run 15: no better than ldsm alone (+2.6/+4.0% non-causal, -3.9/+2.1% causal)
     "ov256": ({"overlap": True, "pack_p": True, "unpack_prmt": True, "ldsm_transpose": True,
                "producer_regs": 24}, ()),
+    # session 5, after run 15: deeper rings (0 spills; hdim 128 with 3 K / V^T stages spills
+    # 4-6 B, not offered; v_stages 3 spills 2 B at hdim 128 causal)
+    "s4": ({"num_stages": 4}, (64,)),
+    "v3": ({"v_stages": 3}, (128,)),
     # not timed (no head dims): hdim 256 with the overlap, P packed and unpacked by prmt spills
     # 16 B in consumer warpgroup 0 and ptxas serialises every wgmma (C7512, registers); kept so
     # that a CPU test notices when a compiler update changes that
