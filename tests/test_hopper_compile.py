@@ -249,6 +249,11 @@ def test_scheduler_needs_persistent():
         H.forward(q, q, q, True, 0.1, config=H.base_config(128, scheduler=1))
     with pytest.raises(ValueError, match="wg_bounds"):
         H.forward(q, q, q, True, 0.1, config=H.base_config(128, wg_bounds=True, pingpong=True))
+    # v10's Q prefetch with three consumer warpgroups gave wrong values under a causal mask on
+    # the GPU (device run 17): refused before any launch
+    q64 = torch.zeros(1, 256, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q_prefetch with three consumer warpgroups"):
+        H.forward(q64, q64, q64, True, 0.1, config=H.variant_config("qpf", 64, True))
 
 
 def test_softmax_fma_uses_ffma(reports):
