@@ -225,9 +225,10 @@ VARIANTS = {
     "ov256": ({"overlap": True, "pack_p": True, "unpack_prmt": True, "ldsm_transpose": True,
                "producer_regs": 24}, ()),
     # session 5, after run 15: deeper rings (0 spills; hdim 128 with 3 K / V^T stages spills
-    # 4-6 B, not offered; v_stages 3 spills 2 B at hdim 128 causal)
-    "s4": ({"num_stages": 4}, (64,)),
-    "v3": ({"v_stages": 3}, (128,)),
+    # 4-6 B, not offered; v_stages 3 spills 2 B at hdim 128 causal). Device run 17: s4 +2.1/+1.9%
+    # non-causal, -0.6/0.0% causal (noise level); v3 -0.5..-2.5%. Not adopted.
+    "s4": ({"num_stages": 4}, ()),
+    "v3": ({"v_stages": 3}, ()),
     # not timed (no head dims): hdim 256 with the overlap, P packed and unpacked by prmt spills
     # 16 B in consumer warpgroup 0 and ptxas serialises every wgmma (C7512, registers); kept so
     # that a CPU test notices when a compiler update changes that
