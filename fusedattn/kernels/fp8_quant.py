@@ -190,10 +190,18 @@ def _num_warps(block_m: int, block_d: int) -> int:
 
 
 # Launch shape of the quantiser: (rows per chunk or 0 for the whole tile, num_warps or None for
-# _num_warps). (0, None) is the first GPU run's; the dev script times alternatives
-# (scripts/hopper_fp8_dev.py, benchmarks/fp8_log.md) before this changes. Results are
-# bit-identical for every choice.
+# _num_warps); results are bit-identical for every choice. (0, None) is the first GPU run's. The
+# rotating pass (q, k) at head_dim >= 128 runs in chunks of 16 rows on 4 warps: +15% in device
+# run 7 and +12..15% in run 17 at head_dim 128 / 256 (0.77 TB/s against 0.67-0.69), where the
+# whole-tile rotation holds one 8- or 16-warp program per SM; at head_dim 64 the chunks lost 12%
+# (run 17), and the plain pass (v) had no clear winner (benchmarks/fp8_log.md).
 LAUNCH = (0, None)
+LAUNCH_ROTATING_WIDE = (16, 4)
+
+
+def launch_shape(head_dim: int, rotate: bool) -> tuple[int, int | None]:
+    """(chunk, num_warps) of the shipped launch for this head_dim and pass."""
+    return LAUNCH_ROTATING_WIDE if rotate and head_dim >= 128 else LAUNCH
 
 
 def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadamard_block: int,
@@ -217,9 +225,10 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
     inv_sqrt_had = _inv_sqrt_f32(hadamard_block) if rotate else 1.0
     dummy = scales  # unused pointer arguments
     grid = (num_blocks, bsz * heads)
-    chunk = LAUNCH[0] if chunk is None else chunk
-    num_warps = num_warps or LAUNCH[1] or _num_warps(block_size if not chunk else min(chunk, block_size),
-                                                     block_d)
+    if chunk is None:
+        chunk, shipped_warps = launch_shape(head_dim, rotate)
+        num_warps = num_warps or shipped_warps
+    num_warps = num_warps or _num_warps(block_size if not chunk else min(chunk, block_size), block_d)
     if chunk and (chunk >= block_size or block_size % chunk):
         chunk = 0                                   # one chunk: the one-pass form
     _quantize_fp8_kernel[grid](
@@ -243,9 +252,15 @@ def _inv_sqrt_f32(n: int) -> float:
 
 
 def compile_specs(head_dim: int, dtype: torch.dtype, block_size: int = 128, rotate: bool = True,
-                  given_scale: bool = False, chunk: int = 0,
+                  given_scale: bool = False, chunk: int | None = None,
                   num_warps: int | None = None) -> list[CompileSpec]:
-    """The quantiser's sm_90a compile inputs (for the CPU compile check of the GPU path)."""
+    """The quantiser's sm_90a compile inputs (for the CPU compile check of the GPU path); chunk
+    None: the shipped launch shape (launch_shape)."""
+    if chunk is None:
+        chunk, shipped_warps = launch_shape(head_dim, rotate)
+        num_warps = num_warps or shipped_warps
+    if chunk and (chunk >= block_size or block_size % chunk):
+        chunk = 0
     t = triton_dtype(dtype)
     block_d = triton.next_power_of_2(head_dim)
     had = head_dim & -head_dim
