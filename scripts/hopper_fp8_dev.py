@@ -122,8 +122,8 @@ def _precompile_one(task):
         cfg = F0.get_config(d, **(F0.VARIANTS[vname][0] if vname else {}))
         x = torch.randn(1, 256, 2, d, device="cuda", dtype=torch.bfloat16)
         qq = quantize_fp8(x, role="q", rotate=True)
-        kq = quantize_fp8(x, role="k", rotate=True)
-        vq = quantize_fp8(x, role="v")
+        kq = quantize_fp8(x, role="k", rotate=True, block_size=cfg.block_n)
+        vq = quantize_fp8(x, role="v", block_size=cfg.block_n)
         F0.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _warmup=True,
                    out_dtype=torch.float16 if odt == "fp16" else torch.bfloat16)
         return task, round(time.time() - t0, 1), None
@@ -262,8 +262,11 @@ def run_check_case(d, case, seed, config=None):
     q, k, v = _inputs(b, sq, sk, h, hk, d, kind, seed)
     rotate = kind != "plain"
     qq = quantize_fp8(q, role="q", rotate=rotate, seed=11, block_size=64 if kind == "plain" else 128)
-    kq = quantize_fp8(k, role="k", rotate=rotate, seed=11)
-    vq = quantize_fp8(v, role="v")
+    # k and v quantised with the kernel's key block (one scale per key tile)
+    from fusedattn.kernels import hopper_fp8_fwd as F0
+    bn = (config or F0.get_config(d)).block_n
+    kq = quantize_fp8(k, role="k", rotate=rotate, seed=11, block_size=bn)
+    vq = quantize_fp8(v, role="v", block_size=bn)
     scale = d ** -0.5
     out_dtype = torch.float16 if kind == "plain" else torch.bfloat16
     out = torch.full((b, sq, h, d), float("nan"), device=DEV, dtype=out_dtype)
@@ -462,7 +465,13 @@ def stage_bench(out_dir, hdims, deadline):
                     res[vname + "_error"] = "skipped: failed or missed its check"
                     continue
                 vcfg = F.get_config(d, **over)
-                runs.append((vname, lambda vcfg=vcfg: F.forward(qq, kq, vq, causal, scale, config=vcfg)))
+                if vcfg.block_n != 128:   # k and v quantised with the variant's key block
+                    kq_v = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=vcfg.block_n)
+                    vq_v = fusedattn.quantize_fp8(v, role="v", block_size=vcfg.block_n)
+                else:
+                    kq_v, vq_v = kq, vq
+                runs.append((vname, lambda vcfg=vcfg, kq_v=kq_v, vq_v=vq_v:
+                             F.forward(qq, kq_v, vq_v, causal, scale, config=vcfg)))
             runs += [
                     ("ours_e2e", lambda: fusedattn.attention_fp8(
                         q, k, v, causal=causal, softmax_scale=scale,

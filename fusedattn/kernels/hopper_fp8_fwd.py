@@ -233,6 +233,13 @@ VARIANTS = {
     # 16 B in consumer warpgroup 0 and ptxas serialises every wgmma (C7512, registers); kept so
     # that a CPU test notices when a compiler update changes that
     "overlap_unser": ({"overlap": True, "pack_p": True, "unpack_prmt": True}, ()),
+    # session 6 (fp8_log.md): 256-key blocks at hdim 128, block by block (k and v quantised with
+    # block_size 256): half the per-block work (O rescale, reductions' shuffles, barriers,
+    # waits, descriptors) per key; FA3 uses 224-key blocks here (non-causal)
+    "n256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False}, (64, 128)),
+    # the control for n256: the same block-by-block loop with 128-key blocks (hdim 128's row
+    # without the overlap), to separate the block size's effect from the loop's
+    "serial": ({"overlap": False, "pack_p": False, "unpack_prmt": False}, (128,)),
 }
 
 
@@ -257,9 +264,10 @@ def _key_perm(x, ROWS: gl.constexpr, COLS: gl.constexpr, KEY_DIM: gl.constexpr):
     moves between threads.
     """
     if KEY_DIM == 1:
-        # (r, n65, n4, n3, n2, n1, n0) -> (r, n65, n4, n2, n1, n3, n0)
-        y = x.reshape([ROWS, 4, 2, 2, 2, 2, 2]).permute((0, 1, 2, 4, 5, 3, 6))
-        return y.reshape([ROWS, 128])
+        # (r, n_hi, n4, n3, n2, n1, n0) -> (r, n_hi, n4, n2, n1, n3, n0); any multiple of 32 keys
+        nk: gl.constexpr = x.shape[1]
+        y = x.reshape([ROWS, nk // 32, 2, 2, 2, 2, 2]).permute((0, 1, 2, 4, 5, 3, 6))
+        return y.reshape([ROWS, nk])
     else:
         # (n65, n4, n3, n2, n1, n0, d) -> (d, n65, n4, n2, n1, n3, n0)
         y = x.reshape([4, 2, 2, 2, 2, 2, COLS]).permute((6, 0, 1, 3, 4, 2, 5))
@@ -406,12 +414,14 @@ def _transpose_v_ldsm(src, dst):
 
 
 @gluon.jit
-def _load_v(v_desc, vs_smem, bar, b, kvh, n0, slot, NCH: gl.constexpr):
-    """TMA of one V tile (BLOCK_N, head_dim) as NCH boxes of 64 columns into staging slot `slot`."""
-    mbarrier.expect(bar, NCH * v_desc.block_type.nbytes)
-    for c in gl.static_range(NCH):
-        tma.async_copy_global_to_shared(v_desc, [b, n0, kvh, c * 64], bar,
-                                        vs_smem.index(slot * NCH + c))
+def _load_v(v_desc, vs_smem, bar, b, kvh, n0, slot, NCH: gl.constexpr, NKC: gl.constexpr = 1):
+    """TMA of one V tile (BLOCK_N = NKC * 128 keys, head_dim) as NKC x NCH boxes (128 keys, 64
+    columns) into staging slot `slot` (box (kc, c) at index (slot * NKC + kc) * NCH + c)."""
+    mbarrier.expect(bar, NKC * NCH * v_desc.block_type.nbytes)
+    for kc in gl.static_range(NKC):
+        for c in gl.static_range(NCH):
+            tma.async_copy_global_to_shared(v_desc, [b, n0 + kc * 128, kvh, c * 64], bar,
+                                            vs_smem.index((slot * NKC + kc) * NCH + c))
 
 
 @gluon.jit
@@ -424,19 +434,21 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
     # kv_base (PERSISTENT): blocks loaded by this program's earlier tiles; the rings' slots and
     # phases run on across tiles (0 for the one-tile grid: the same code as before)
     NCH: gl.constexpr = HEAD_DIM // 64
+    NKC: gl.constexpr = BLOCK_N // 128    # 128-key chunks per key block (V boxes, V^T tiles)
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
     if n_blocks > 0:
         if PERSISTENT:
             g0 = kv_base
-            _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES, NCH)
+            _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES, NCH,
+                    NKC)
             s0 = g0 % NUM_STAGES
             mbarrier.wait(k_empty.index(s0), ((g0 // NUM_STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(s0), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [b, 0, kvh, 0], k_ready.index(s0),
                                             k_smem.index(s0))
         else:
-            _load_v(v_desc, vs_smem, vs_ready.index(0), b, kvh, 0, 0, NCH)
+            _load_v(v_desc, vs_smem, vs_ready.index(0), b, kvh, 0, 0, NCH, NKC)
             mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [b, 0, kvh, 0], k_ready.index(0),
                                             k_smem.index(0))
@@ -448,7 +460,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
             # before the warpgroup barrier of an earlier iteration), then K_{j+1} once both
             # consumer warpgroups released that K stage (a fresh barrier passes at once).
             _load_v(v_desc, vs_smem, vs_ready.index(gn % V_STAGES), b, kvh, jn * BLOCK_N,
-                    gn % V_STAGES, NCH)
+                    gn % V_STAGES, NCH, NKC)
             sn = gn % NUM_STAGES
             mbarrier.wait(k_empty.index(sn), ((gn // NUM_STAGES) & 1) ^ 1)
             mbarrier.expect(k_ready.index(sn), k_desc.block_type.nbytes)
@@ -460,14 +472,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         s = g % NUM_STAGES
         mbarrier.wait(vs_ready.index(vs), (g // V_STAGES) & 1)
         mbarrier.wait(vt_empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
-        vt = vt_smem.index(s)
-        for c in gl.static_range(NCH):
-            if LDSM_T:
-                _transpose_v_ldsm(vs_smem.index(vs * NCH + c).reshape([BLOCK_N, 64]),
-                                  vt.slice(c * 64, 64, dim=0))
-            else:
-                _transpose_v(vs_smem.index(vs * NCH + c).reshape([BLOCK_N, 64]),
-                             vt.slice(c * 64, 64, dim=0))
+        for kc in gl.static_range(NKC):
+            vt = vt_smem.index(s * NKC + kc)
+            for c in gl.static_range(NCH):
+                src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
+                if LDSM_T:
+                    _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0))
+                else:
+                    _transpose_v(src, vt.slice(c * 64, 64, dim=0))
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
         mbarrier.arrive(vt_ready.index(s), count=1)
@@ -645,12 +657,30 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     # O in units of v_scale[j] before P_j V_j is added (alpha = 0 at the first block)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o) * (v_unit / v_j), 1)
-    p_op = gl.convert_layout(_key_perm(p.to(q.dtype), M_WG, 0, 1), p_layout, assert_trivial=True)
-    mbarrier.wait(vt_ready.index(s), ph)
-    if PINGPONG:
-        _named_bar(10 + WG, False)
-    v = vt_smem.index(s).permute((1, 0))
-    o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
+    NKC: gl.constexpr = BLOCK_N // 128
+    if NKC == 1:
+        p_op = gl.convert_layout(_key_perm(p.to(q.dtype), M_WG, 0, 1), p_layout,
+                                 assert_trivial=True)
+        mbarrier.wait(vt_ready.index(s), ph)
+        if PINGPONG:
+            _named_bar(10 + WG, False)
+        v = vt_smem.index(s).permute((1, 0))
+        o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
+    else:
+        # BLOCK_N 256: P V as two products of 128 keys, one per V^T tile of the stage. The key
+        # bit 7 of the score accumulator is a register bit, so the split relabels registers and
+        # each half has the accumulator layout of a 128-key block
+        p_lo, p_hi = gl.split(p.reshape([M_WG, 2, 128]).permute((0, 2, 1)))
+        p_op0 = gl.convert_layout(_key_perm(p_lo.to(q.dtype), M_WG, 0, 1), p_layout,
+                                  assert_trivial=True)
+        p_op1 = gl.convert_layout(_key_perm(p_hi.to(q.dtype), M_WG, 0, 1), p_layout,
+                                  assert_trivial=True)
+        mbarrier.wait(vt_ready.index(s), ph)
+        if PINGPONG:
+            _named_bar(10 + WG, False)
+        o_tok = warpgroup_mma(p_op0, vt_smem.index(2 * s).permute((1, 0)), acc, is_async=True)
+        o_tok = warpgroup_mma(p_op1, vt_smem.index(2 * s + 1).permute((1, 0)), o_tok,
+                              is_async=True)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
     mbarrier.arrive(vt_empty.index(s), count=1)    # V^T_j read
     return acc, m_i, l_i, v_j
@@ -989,10 +1019,13 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                                                    rank=2)
     q_smem = gl.allocate_shared_memory(fp8, q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(fp8, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
-    # V staging: V_STAGES slots of HEAD_DIM // 64 boxes (BLOCK_N, 64) each (64-byte swizzle)
-    vs_smem = gl.allocate_shared_memory(fp8, [V_STAGES * (HEAD_DIM // 64)] + v_desc.block_type.shape,
-                                        v_desc.layout)
-    vt_smem = gl.allocate_shared_memory(fp8, [NUM_STAGES, HEAD_DIM, BLOCK_N], vt_layout)
+    # V staging: V_STAGES slots of (BLOCK_N // 128) x (HEAD_DIM // 64) boxes (128 keys, 64
+    # columns) each (64-byte swizzle); V^T: NUM_STAGES slots of BLOCK_N // 128 tiles (HEAD_DIM,
+    # 128 keys) each
+    NKC: gl.constexpr = BLOCK_N // 128
+    vs_smem = gl.allocate_shared_memory(
+        fp8, [V_STAGES * NKC * (HEAD_DIM // 64)] + v_desc.block_type.shape, v_desc.layout)
+    vt_smem = gl.allocate_shared_memory(fp8, [NUM_STAGES * NKC, HEAD_DIM, 128], vt_layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -1161,9 +1194,12 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {head_dim}")
     cfg = config or get_config(head_dim)
-    if cfg.block_n != 128 or cfg.block_m != 128:
-        raise ValueError("the kernel's tiles are fixed at BLOCK_M = BLOCK_N = 128 (the transpose "
-                         "and the key permutation are written for 128 keys)")
+    if cfg.block_m != 128 or cfg.block_n not in (128, 256):
+        raise ValueError("the kernel's tiles are BLOCK_M = 128 and BLOCK_N = 128 or 256 (the "
+                         "transpose and the key permutation work on 128-key chunks)")
+    if cfg.block_n == 256 and (cfg.overlap or cfg.persistent):
+        raise ValueError("BLOCK_N = 256 runs block by block (overlap=False, persistent=False): the "
+                         "overlapped loop would hold two 256-key score tiles")
     if cfg.v_stages < 2:
         raise ValueError("v_stages must be >= 2 (V_{j+1} is loaded while V_j is transposed)")
     err = _block_size_error(qq, kq, vq, cfg)
@@ -1187,7 +1223,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
         raise ValueError("_out/_lse must be contiguous, _out of out_dtype")
     q_desc = _descriptor(q, cfg.block_m, head_dim)
     k_desc = _descriptor(k, cfg.block_n, head_dim)
-    v_desc = _descriptor(v, cfg.block_n, 64)
+    v_desc = _descriptor(v, 128, 64)      # boxes of 128 keys (BLOCK_N // 128 per key block)
     num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
     grid = (batch * heads * num_m_tiles,)
     if cfg.persistent:
@@ -1221,7 +1257,7 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
     return {
         "q_desc": f"tensordesc<fp8e4nv[1, {cfg.block_m}, 1, {head_dim}],{qk_lay}>",
         "k_desc": f"tensordesc<fp8e4nv[1, {cfg.block_n}, 1, {head_dim}],{qk_lay}>",
-        "v_desc": f"tensordesc<fp8e4nv[1, {cfg.block_n}, 1, 64],{v_lay}>",
+        "v_desc": f"tensordesc<fp8e4nv[1, 128, 1, 64],{v_lay}>",
         "out_ptr": f"*{out_dtype}", "lse_ptr": "*fp32",
         "qs_ptr": "*fp32", "ks_ptr": "*fp32", "vs_ptr": "*fp32",
         "seqlen_q": "i32", "seqlen_k": "i32", "heads": "i32", "kv_heads": "i32",
