@@ -43,7 +43,7 @@ a block makes that block's scale and data NaN.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -226,6 +226,19 @@ class QuantizedTensor:
         """float32 (batch, seqlen, heads): the scale of every row."""
         s = self.scales.repeat_interleave(self.block_size, dim=-1)[..., :self.data.shape[1]]
         return s.transpose(1, 2)
+
+    def reblocked(self, block_size: int) -> "QuantizedTensor":
+        """The same values (the same data, each scale repeated) described with smaller blocks:
+        ``block_size`` must divide ``self.block_size``. The FP8 kernel uses this to run a tensor
+        quantised with 256-row blocks on a tile of 128 keys (one scale per tile); no data is
+        copied."""
+        if block_size <= 0 or self.block_size % block_size:
+            raise ValueError(f"block_size must divide {self.block_size}, got {block_size}")
+        if block_size == self.block_size:
+            return self
+        nb = -(-self.data.shape[1] // block_size)
+        scales = self.scales.repeat_interleave(self.block_size // block_size, dim=-1)[..., :nb]
+        return replace(self, scales=scales.contiguous(), block_size=block_size)
 
     def dequantize(self, dtype: torch.dtype | None = None, *, unrotate: bool = True) -> torch.Tensor:
         """data * scale, in ``dtype`` (default: the original dtype), (batch, seqlen, heads, head_dim).

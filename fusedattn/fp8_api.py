@@ -31,7 +31,19 @@ __all__ = ["attention_fp8", "FP8_BACKENDS", "FP8_HEAD_DIMS", "FP8_BLOCK"]
 
 FP8_BACKENDS = ("hopper", "reference")
 FP8_HEAD_DIMS = (64, 128, 256)      # the Gluon kernel's head dims
-FP8_BLOCK = 128                     # the kernel's key tile: k and v carry one scale per 128 keys
+FP8_BLOCK = 128                     # q's block (the kernel's query tile), and k and v's block where
+                                    # the kernel's table has no preference (other head dims)
+
+
+def kv_block_for(head_dim: int, causal: bool) -> int:
+    """The block_size attention_fp8 quantises 16-bit k and v with: the FP8 kernel's preferred key
+    tile for (head_dim, causal) (hopper_fp8_fwd.preferred_block: 256 keys at head_dim 64, and at
+    128 without a causal mask; 128 otherwise), FP8_BLOCK for head dims the kernel lacks. Both
+    backends use it, so that "reference" emulates what "hopper" computes."""
+    if head_dim not in FP8_HEAD_DIMS:
+        return FP8_BLOCK
+    from .kernels.hopper_fp8_fwd import preferred_block
+    return preferred_block(head_dim, causal)
 _FLOAT_INPUTS = (torch.float16, torch.bfloat16, torch.float32)
 _LAYOUT = {"q": "(batch, seqlen_q, heads, head_dim)", "k": "(batch, seqlen_k, kv_heads, head_dim)",
            "v": "(batch, seqlen_k, kv_heads, head_dim)"}
@@ -140,11 +152,13 @@ def _check_args(q, k, v, causal, softmax_scale, incoherent, return_lse, seed, ba
         if d not in FP8_HEAD_DIMS:
             raise ValueError(f"head_dim must be one of {FP8_HEAD_DIMS} for the FP8 kernel "
                              f"(backend='hopper'), got {d}")
+        from .kernels.hopper_fp8_fwd import kernel_block
         for name, x in (("k", k), ("v", v)):
-            if isinstance(x, QuantizedTensor) and x.block_size != FP8_BLOCK:
+            if isinstance(x, QuantizedTensor) and kernel_block(d, causal, x.block_size) is None:
                 raise ValueError(f"{name} was quantised with block_size={x.block_size}; the FP8 "
-                                 f"kernel needs one scale per key tile of {FP8_BLOCK}: "
-                                 f"quantize_fp8(..., block_size={FP8_BLOCK})")
+                                 f"kernel needs one scale per key tile of 128 or 256 keys (or a "
+                                 f"multiple): quantize_fp8(..., block_size="
+                                 f"{kv_block_for(d, causal)})")
         dev = devs[0]
         if dev.type != "cuda":
             raise ValueError(f"backend='hopper' runs on an sm_90 GPU (H100/H200); the inputs are on "
@@ -177,8 +191,10 @@ def attention_fp8(q, k, v, *, causal: bool = False, softmax_scale: float | None 
     Args:
         q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, kv_heads, head_dim), heads
             a multiple of kv_heads (MHA, GQA, MQA). Each is either a float16 / bfloat16 / float32
-            tensor, quantised here with :func:`fusedattn.quantize_fp8` (one scale per 128 rows and
-            head; q and k rotated first when ``incoherent``), or a :class:`QuantizedTensor` from
+            tensor, quantised here with :func:`fusedattn.quantize_fp8` (one scale per head and block
+            of rows: 128 rows for q; for k and v the kernel's key tile, 256 rows at head_dim 64 and
+            at 128 without a causal mask, else 128 (``kv_block_for``); q and k rotated first when
+            ``incoherent``), or a :class:`QuantizedTensor` from
             ``quantize_fp8`` (role "q", "k" or "v"), e.g. an FP8 KV cache. Mixed is fine: tensors
             are quantised to match the quantised operands (q with k's rotation seed).
         causal: bottom-right aligned causal mask, as :func:`fusedattn.attention`.
@@ -190,7 +206,8 @@ def attention_fp8(q, k, v, *, causal: bool = False, softmax_scale: float | None 
             seqlen_q), natural log).
         seed: the rotation's seed (default 0; must match a quantised q or k's).
         backend: "hopper" (default): the Gluon FP8 kernel, sm_90 GPUs (H100/H200) only, head_dim
-            64, 128 or 256, quantised k and v with block_size 128. "reference": the same
+            64, 128 or 256, quantised k and v with a block_size of 128, 256 or a multiple.
+            "reference": the same
             arithmetic emulated in PyTorch (fusedattn.fp8_reference), any device and head_dim
             (multiple of 8, <= 256), slow. Nothing falls back silently: a backend that cannot run
             the call raises ValueError saying why.
@@ -217,7 +234,8 @@ def attention_fp8(q, k, v, *, causal: bool = False, softmax_scale: float | None 
         return (out, lse) if return_lse else out
 
     # k and v first: their block size (a quantised KV cache's) decides nothing for q, any works
-    kv_block = next((x.block_size for x in (k, v) if isinstance(x, QuantizedTensor)), FP8_BLOCK)
+    kv_block = next((x.block_size for x in (k, v) if isinstance(x, QuantizedTensor)),
+                    kv_block_for(d, causal))
     with torch.no_grad():
         qq = q if isinstance(q, QuantizedTensor) else quantize_fp8(
             q, block_size=FP8_BLOCK, rotate=rotate, seed=seed, role="q")

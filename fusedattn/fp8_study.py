@@ -74,18 +74,20 @@ def rmse(x: torch.Tensor, ref: torch.Tensor) -> float:
     return (x.double() - ref.double()).pow(2).mean().sqrt().item()
 
 
-def _quantised(q, k, v, variant: str, block_size: int, seed: int):
+def _quantised(q, k, v, variant: str, block_size: int, seed: int, kv_block_size: int | None = None):
+    """q with block_size rows per scale, k and v with kv_block_size (default: block_size)."""
     per_tensor = variant == "fp8 per-tensor"
     rotate = variant == "fp8 per-block + incoherent"
+    kvb = kv_block_size or block_size
     return (quantize_fp8(q, role="q", block_size=block_size, rotate=rotate, seed=seed,
                          per_tensor=per_tensor),
-            quantize_fp8(k, role="k", block_size=block_size, rotate=rotate, seed=seed,
+            quantize_fp8(k, role="k", block_size=kvb, rotate=rotate, seed=seed,
                          per_tensor=per_tensor),
-            quantize_fp8(v, role="v", block_size=block_size, per_tensor=per_tensor))
+            quantize_fp8(v, role="v", block_size=kvb, per_tensor=per_tensor))
 
 
 def variant_errors(q, k, v, causal: bool = False, block_size: int = 128, seed: int = 0,
-                   softmax_scale: float | None = None) -> dict:
+                   softmax_scale: float | None = None, kv_block_size: int | None = None) -> dict:
     """RMSE of each variant's output against the float64 oracle on the same (bf16) q, k, v."""
     ref, _ = attention_oracle(q, k, v, causal, softmax_scale)
     out = {}
@@ -93,17 +95,18 @@ def variant_errors(q, k, v, causal: bool = False, block_size: int = 128, seed: i
         if variant == "16-bit":
             o, _ = attention_forward(q, k, v, causal, softmax_scale)
         else:
-            o, _ = fp8_attention_forward(*_quantised(q, k, v, variant, block_size, seed), causal,
-                                         softmax_scale)
+            o, _ = fp8_attention_forward(*_quantised(q, k, v, variant, block_size, seed,
+                                                     kv_block_size), causal, softmax_scale)
         out[variant] = rmse(o, ref)
     out["ref rms"] = ref.pow(2).mean().sqrt().item()
     return out
 
 
-def ablation_errors(q, k, v, block_size: int = 128, seed: int = 0) -> list[dict]:
+def ablation_errors(q, k, v, block_size: int = 128, seed: int = 0,
+                    kv_block_size: int | None = None) -> list[dict]:
     """Per-block + incoherent FP8 with other choices for P: its scale, and the row sum's source."""
     ref, _ = attention_oracle(q, k, v)
-    qq, kq, vq = _quantised(q, k, v, "fp8 per-block + incoherent", block_size, seed)
+    qq, kq, vq = _quantised(q, k, v, "fp8 per-block + incoherent", block_size, seed, kv_block_size)
     rows = []
     for p_scale in (1.0, P_SCALE, 448.0):
         for rowsum_of_fp8_p in (False, True):
@@ -115,14 +118,17 @@ def ablation_errors(q, k, v, block_size: int = 128, seed: int = 0) -> list[dict]
 
 # --- (a) synthetic ------------------------------------------------------------------------------
 
-def synthetic_study(shape, seeds, device, causal=False, block_size=128) -> dict:
+def synthetic_study(shape, seeds, device, causal=False, block_size=128,
+                    kv_block_size: int | None = None) -> dict:
     per_seed = []
     for seed in seeds:
         q, k, v = synthetic_qkv(shape, seed, device)
-        per_seed.append(variant_errors(q, k, v, causal, block_size, seed))
+        per_seed.append(variant_errors(q, k, v, causal, block_size, seed,
+                                       kv_block_size=kv_block_size))
     mean = {key: sum(r[key] for r in per_seed) / len(per_seed) for key in per_seed[0]}
     return {"shape": {"batch": shape[0], "seqlen": shape[1], "heads": shape[2], "head_dim": shape[3]},
-            "causal": causal, "block_size": block_size, "seeds": list(seeds), "per_seed": per_seed,
+            "causal": causal, "block_size": block_size, "kv_block_size": kv_block_size or block_size,
+            "seeds": list(seeds), "per_seed": per_seed,
             "rmse": mean,
             "ratio_per_tensor_over_incoherent": mean["fp8 per-tensor"] / mean["fp8 per-block + incoherent"],
             "ratio_per_tensor_over_per_block": mean["fp8 per-tensor"] / mean["fp8 per-block"],
@@ -133,7 +139,8 @@ def synthetic_table(res: dict) -> str:
     s = res["shape"]
     base = res["rmse"]["fp8 per-tensor"]
     lines = [f"Synthetic: N(0,1) + N(0,100)*Bernoulli(0.001); batch {s['batch']}, seqlen {s['seqlen']}, "
-             f"heads {s['heads']}, head_dim {s['head_dim']}, causal={res['causal']}, block {res['block_size']}, "
+             f"heads {s['heads']}, head_dim {s['head_dim']}, causal={res['causal']}, block {res['block_size']}"
+             f" (k, v: {res.get('kv_block_size', res['block_size'])}), "
              f"seeds {res['seeds']} (mean). RMSE vs float64.",
              "",
              "| variant | RMSE | per-tensor / this | paper RMSE (FA3 Table 3) |",
@@ -219,13 +226,13 @@ def capture_qkv(model, tok, text: str, window: int = 512, max_windows: int = 4, 
             for i in range(len(model.encoder.layer))], input_ids.shape
 
 
-def real_study(device="cpu", block_size=128, seed=0) -> dict:
+def real_study(device="cpu", block_size=128, seed=0, kv_block_size: int | None = None) -> dict:
     model, tok, text = load_minilm(device)
     layers, (n, s) = capture_qkv(model, tok, text, device=device)
     rows = []
     for i, (q, k, v) in enumerate(layers):
         q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
-        errs = variant_errors(q, k, v, False, block_size, seed)
+        errs = variant_errors(q, k, v, False, block_size, seed, kv_block_size=kv_block_size)
         qf = q.float()
         errs["layer"] = i
         errs["q max/rms"] = (qf.abs().max() / qf.pow(2).mean().sqrt()).item()
@@ -239,13 +246,13 @@ def real_study(device="cpu", block_size=128, seed=0) -> dict:
             "shape": {"batch": n, "seqlen": s, "heads": cfg.num_attention_heads,
                       "head_dim": cfg.hidden_size // cfg.num_attention_heads},
             "text": "the README.md shipped with the model", "causal": False,
-            "block_size": block_size, "layers": rows}
+            "block_size": block_size, "kv_block_size": kv_block_size or block_size, "layers": rows}
 
 
 def real_table(res: dict) -> str:
     s = res["shape"]
     lines = [f"Real activations: {res['model']}; {res['text']}, {s['batch']} windows of {s['seqlen']} "
-             f"tokens, {s['heads']} heads, head_dim {s['head_dim']}, not causal, block {res['block_size']}. "
+             f"tokens, {s['heads']} heads, head_dim {s['head_dim']}, not causal, block {res['block_size']} (k, v: {res.get('kv_block_size', res['block_size'])}). "
              "RMSE vs float64.", "",
              "| layer | q max/rms | k max/rms | out rms | 16-bit | fp8 per-tensor | fp8 per-block | "
              "fp8 per-block + incoherent | per-tensor / incoherent |",
@@ -273,7 +280,10 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", type=_shape, help="synthetic shape batch,seqlen,heads,head_dim")
     ap.add_argument("--seeds", type=int, default=1, help="number of random draws to average (default 1)")
     ap.add_argument("--causal", action="store_true", help="causal synthetic test (the paper's is not)")
-    ap.add_argument("--block-size", type=int, default=128)
+    ap.add_argument("--block-size", type=int, default=128, help="rows per scale (q; k and v too "
+                    "unless --kv-block-size)")
+    ap.add_argument("--kv-block-size", type=int, help="rows per scale of k and v (default: "
+                    "--block-size); attention_fp8 uses 256 at head_dim 64, and 128 non-causal")
     ap.add_argument("--real", action="store_true", help=f"also real activations (needs {REAL_REQUIREMENT})")
     ap.add_argument("--ablation", action="store_true", help="also the P requantisation choices")
     ap.add_argument("--out", help="write the results as JSON to this file")
@@ -284,20 +294,21 @@ def main(argv=None) -> int:
     shape = args.shape or (FULL_SHAPE if args.full else DEFAULT_SHAPE)
     result = {"device": args.device, "torch": torch.__version__}
     t0 = time.time()
-    syn = synthetic_study(shape, range(args.seeds), args.device, args.causal, args.block_size)
+    syn = synthetic_study(shape, range(args.seeds), args.device, args.causal, args.block_size,
+                          args.kv_block_size)
     syn["seconds"] = round(time.time() - t0, 1)
     result["synthetic"] = syn
     print(synthetic_table(syn))
     print()
     if args.ablation:
         q, k, v = synthetic_qkv(shape, 0, args.device)
-        result["ablation"] = ablation_errors(q, k, v, args.block_size)
+        result["ablation"] = ablation_errors(q, k, v, args.block_size, kv_block_size=args.kv_block_size)
         print(ablation_table(result["ablation"]))
         print()
     if args.real:
         try:
             t0 = time.time()
-            real = real_study(args.device, args.block_size)
+            real = real_study(args.device, args.block_size, kv_block_size=args.kv_block_size)
             real["seconds"] = round(time.time() - t0, 1)
             result["real"] = real
             print(real_table(real))

@@ -35,8 +35,10 @@ def main():
     q, k, v, _dout = (C.normal_inputs(shape, torch.bfloat16, dev) for _ in range(4))
     scale = d ** -0.5
     qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
-    kq = fusedattn.quantize_fp8(k, role="k", rotate=True)
-    vq = fusedattn.quantize_fp8(v, role="v")
+    from fusedattn.fp8_api import kv_block_for   # k, v as attention_fp8 quantises them
+    kvb = kv_block_for(d, causal)
+    kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb)
+    vq = fusedattn.quantize_fp8(v, role="v", block_size=kvb)
     bidx, hidx = sorted({0, b - 1}), sorted({0, h - 1})
 
     def sl(x):

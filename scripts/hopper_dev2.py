@@ -146,6 +146,10 @@ JOBS.update({
               (128, False, 1024), (128, False, 2048)], []),
     "q64": (50, ["default", "qpf", "skip_empty"],
             [(64, True, 1024), (64, True, 2048), (64, False, 1024), (64, False, 2048)], []),
+    # session 6: v10 at hdim 64 non-causal over the bench's seqlens (run 15: +16% at 1k, flat
+    # at 2k), to decide whether the (64, False) row takes it
+    "q64n": (70, ["default", "qpf"], [(64, False, s) for s in (512, 1024, 2048, 4096, 8192, 16384)],
+             []),
 })
 DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
 # pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each

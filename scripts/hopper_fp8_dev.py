@@ -119,7 +119,7 @@ def _precompile_one(task):
         except Exception as e:  # noqa: BLE001
             return task, round(time.time() - t0, 1), f"{type(e).__name__}: {e}"[:300]
     try:
-        cfg = F0.get_config(d, **(F0.VARIANTS[vname][0] if vname else {}))
+        cfg = F0.variant_config(vname, d, causal) if vname else F0.get_config(d, causal)
         x = torch.randn(1, 256, 2, d, device="cuda", dtype=torch.bfloat16)
         qq = quantize_fp8(x, role="q", rotate=True)
         kq = quantize_fp8(x, role="k", rotate=True, block_size=cfg.block_n)
@@ -264,7 +264,7 @@ def run_check_case(d, case, seed, config=None):
     qq = quantize_fp8(q, role="q", rotate=rotate, seed=11, block_size=64 if kind == "plain" else 128)
     # k and v quantised with the kernel's key block (one scale per key tile)
     from fusedattn.kernels import hopper_fp8_fwd as F0
-    bn = (config or F0.get_config(d)).block_n
+    bn = (config or F0.get_config(d, causal)).block_n
     kq = quantize_fp8(k, role="k", rotate=rotate, seed=11, block_size=bn)
     vq = quantize_fp8(v, role="v", block_size=bn)
     scale = d ** -0.5
@@ -303,7 +303,7 @@ def stage_check(out_dir, d, serial=False):
     cases = check_cases(d)
     if serial:       # diagnosis after a failure: the same kernel without the overlapped loop
         from fusedattn.kernels import hopper_fp8_fwd as F0
-        config = F0.get_config(d, overlap=False)
+        config = F0.get_config(d, False, 128, overlap=False, pack_p=False, unpack_prmt=False)
         cases = cases[:4]
 
     if MOCK:
@@ -354,9 +354,9 @@ def stage_check(out_dir, d, serial=False):
             from fusedattn.kernels import hopper_fp8_fwd as F0
             by_name = {c[0]: c for c in cases}
             for vname, over in _variants(d):
-                vcfg = F0.get_config(d, **over)
                 for cname in VARIANT_CHECK_CASES:
                     case = by_name[cname]
+                    vcfg = F0.variant_config(vname, d, case[6])
                     t0 = time.time()
                     try:
                         with Watchdog(f"d={d} {vname} {cname}", CASE_WATCHDOG_S):
@@ -449,23 +449,26 @@ def stage_bench(out_dir, hdims, deadline):
             q, k, v = (torch.randn(b, s, h, d, device=DEV, dtype=torch.bfloat16) for _ in range(3))
             scale = d ** -0.5
             res = dict(kind="bench", d=d, causal=causal, seqlen=s, batch=b, heads=h)
+            # k and v as attention_fp8 quantises them (the table's key tile for (d, causal))
+            from fusedattn.fp8_api import kv_block_for
+            kvb = kv_block_for(d, causal)
             qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
-            kq = fusedattn.quantize_fp8(k, role="k", rotate=True)
-            vq = fusedattn.quantize_fp8(v, role="v")
+            kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb)
+            vq = fusedattn.quantize_fp8(v, role="v", block_size=kvb)
             q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
 
             def quant():
                 return (fusedattn.quantize_fp8(q, role="q", rotate=True),
-                        fusedattn.quantize_fp8(k, role="k", rotate=True),
-                        fusedattn.quantize_fp8(v, role="v"))
+                        fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb),
+                        fusedattn.quantize_fp8(v, role="v", block_size=kvb))
 
             runs = [("ours", lambda: F.forward(qq, kq, vq, causal, scale))]
             for vname, over in ([] if MOCK else _variants(d)):
                 if (d, vname) in bad_variants:
                     res[vname + "_error"] = "skipped: failed or missed its check"
                     continue
-                vcfg = F.get_config(d, **over)
-                if vcfg.block_n != 128:   # k and v quantised with the variant's key block
+                vcfg = F.variant_config(vname, d, causal)
+                if vcfg.block_n != kq.block_size:   # k and v quantised with the variant's key block
                     kq_v = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=vcfg.block_n)
                     vq_v = fusedattn.quantize_fp8(v, role="v", block_size=vcfg.block_n)
                 else:

@@ -28,8 +28,10 @@ def main():
         import fusedattn
         from fusedattn.kernels import hopper_fp8_fwd
         qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
-        kq = fusedattn.quantize_fp8(k, role="k", rotate=True)
-        vq = fusedattn.quantize_fp8(v, role="v")
+        from fusedattn.fp8_api import kv_block_for   # k, v as attention_fp8 quantises them
+        kvb = kv_block_for(d, causal)
+        kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb)
+        vq = fusedattn.quantize_fp8(v, role="v", block_size=kvb)
         fn = lambda: hopper_fp8_fwd.forward(qq, kq, vq, causal, scale)  # noqa: E731
     elif impl == "fa3-fp8":
         fa3 = import_fa3()

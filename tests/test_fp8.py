@@ -274,6 +274,23 @@ def test_quantized_tensor_is_frozen_and_describes_itself():
     assert qt.row_scales().shape == (1, 40, 2)
 
 
+def test_reblocked_describes_the_same_values():
+    """QuantizedTensor.reblocked (the FP8 kernel runs 256-row blocks on 128-key tiles with it):
+    the same data and dequantised values, smaller blocks, each scale repeated; a size that does
+    not divide the block is an error."""
+    x = torch.randn(1, 300, 2, 64, dtype=torch.float16, device=DEVICE)
+    qt = quantize_fp8(x, block_size=256, role="k", rotate=True, seed=5)
+    r = qt.reblocked(128)
+    assert r.block_size == 128 and r.num_blocks == 3 and r.data is qt.data
+    assert r.rotated and r.seed == 5 and r.role == "k"
+    assert torch.equal(r.scales, qt.scales[..., [0, 0, 1]])
+    assert torch.equal(r.dequantize(torch.float32), qt.dequantize(torch.float32))
+    assert qt.reblocked(256) is qt
+    for bad in (96, 512, 0):
+        with pytest.raises(ValueError, match="block_size"):
+            qt.reblocked(bad)
+
+
 def test_all_zero_and_empty_inputs():
     z = quantize_fp8(torch.zeros(1, 20, 1, 16, device=DEVICE), block_size=16)
     assert (z.scales == 1.0).all() and (z.data.float() == 0).all()

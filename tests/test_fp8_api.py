@@ -25,10 +25,14 @@ def _qkv(b=1, sq=40, sk=56, h=4, hk=2, d=64, dtype=torch.bfloat16, seed=0):
     return tuple(torch.randn(s, generator=g).to(dtype) for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d)))
 
 
-def _quantised(q, k, v, rotate=True, seed=0, block=128):
+def _quantised(q, k, v, rotate=True, seed=0, block=128, kv_block=None, causal=False):
+    """q with `block` rows per scale; k and v as attention_fp8 quantises 16-bit inputs
+    (fp8_api.kv_block_for: the FP8 kernel's key tile for (head_dim, causal)) unless kv_block."""
+    from fusedattn.fp8_api import kv_block_for
+    kvb = kv_block or kv_block_for(q.shape[-1], causal)
     return (quantize_fp8(q, role="q", rotate=rotate, seed=seed, block_size=block),
-            quantize_fp8(k, role="k", rotate=rotate, seed=seed, block_size=block),
-            quantize_fp8(v, role="v", block_size=block))
+            quantize_fp8(k, role="k", rotate=rotate, seed=seed, block_size=kvb),
+            quantize_fp8(v, role="v", block_size=kvb))
 
 
 def test_exported():
@@ -41,7 +45,7 @@ def test_exported():
 def test_reference_equals_the_spec_on_the_same_quantisation(causal):
     q, k, v = _qkv()
     out, lse = attention_fp8(q, k, v, causal=causal, return_lse=True, backend="reference")
-    qq, kq, vq = _quantised(q, k, v)                     # the defaults: incoherent, seed 0, blocks of 128
+    qq, kq, vq = _quantised(q, k, v, causal=causal)      # the defaults: incoherent, seed 0, key tiles
     ref_out, ref_lse = fp8_attention_forward(qq, kq, vq, causal, out_dtype=torch.bfloat16)
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
     assert out.shape == q.shape and out.dtype == torch.bfloat16 and lse.shape == (1, 4, 40)
@@ -202,7 +206,7 @@ def test_pass_rule_accepts_the_spec_and_rejects_broken_kernels(causal):
     from fusedattn.fp8_check import judge_fp8
 
     q, k, v = _qkv(sq=70, sk=300, h=2, hk=1, d=64, seed=3)
-    qq, kq, vq = _quantised(q, k, v)
+    qq, kq, vq = _quantised(q, k, v, kv_block=128)
     scale = 64 ** -0.5
     out, lse = fp8_attention_forward(qq, kq, vq, causal, scale)
     good = judge_fp8(q, k, v, qq, kq, vq, out, lse, causal, scale)

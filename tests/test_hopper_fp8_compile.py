@@ -32,32 +32,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PTXAS = finspect._tool("ptxas")
 SMEM_LIMIT = 227 * 1024
 
-CASES = [  # (head_dim, causal, variant): the table's rows at every head dim, causal where
-    # registers are tightest (hdim 256); then the candidates of hopper_fp8_fwd.VARIANTS that the
-    # next device run times (benchmarks/fp8_log.md), each where it is tightest or most complex
-    (64, False, None),
-    (128, False, None),
+CASES = [  # (head_dim, causal, variant): variant None is the table's row for (head_dim, causal)
+    # (get_config: the preferred key tile), "@128" the table's 128-key row (k and v quantised
+    # with 128-row blocks), a name a candidate of hopper_fp8_fwd.VARIANTS on the 128-key row
+    (64, False, None),           # 256-key tiles, block by block (device run 18)
+    (64, True, None),
+    (128, False, None),          # 256-key tiles, block by block (device run 18)
+    (128, True, None),           # 128-key tiles, block by block (device run 18)
     (256, False, None),
     (256, True, None),
-    (128, True, "pack_fma_pp"),
-    (128, False, "pack_fma_pf"),
-    (64, True, "pack_fma_pf"),
-    (256, True, "fma"),
-    (256, False, "fma_pp"),
-    (128, False, "ldsm"),        # session 4: the V transpose through ldmatrix.trans
-    (64, False, "unser"),        # session 4: P unpacked without the predicated mov (no C7513)
-    (128, True, "unser"),
-    (128, False, "unser_ldsm"),
-    (256, True, "ldsm"),
-    (256, True, "lpt"),          # session 5: causal tiles longest first over L2 sections
-    (64, True, "lpt"),
-    (128, False, "no_ldsm"),     # the hdim 128 / 256 rows without the ldsm transpose (run 15)
+    (64, False, "@128"),         # packed P, predicated unpacking (C7513), overlap
+    (128, False, "@128"),        # packed P, unpacked by prmt, ldsm transpose, overlap
+    (64, False, "unser"),        # P unpacked without the predicated mov (no C7513)
+    (128, False, "no_ldsm"),     # the 128-key rows without the ldsm transpose (run 15)
     (256, True, "no_ldsm"),
-    (128, False, "n256"),        # session 6: 256-key blocks, block by block (k, v block_size 256)
-    (64, False, "n256"),
-    # (the persistent loop compiled spill-free on hdim 64's first-run row; on its row since device
-    # run 11, pack_fma_pp, it spills 8 B, and it lost at causal in run 11: not listed here,
-    # fp8_log.md)
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -87,7 +75,12 @@ def steady_loop_prmt(sass):
 
 
 for d, causal, variant in json.loads(sys.argv[1]):
-    cfg = F.get_config(d, **(F.VARIANTS[variant][0] if variant else {}))
+    if variant is None:
+        cfg = F.get_config(d, causal)
+    elif variant.startswith("@"):
+        cfg = F.get_config(d, causal, int(variant[1:]))
+    else:
+        cfg = F.variant_config(variant, d, causal)
     k = F.compile_sm90(d, causal, cfg)
     ptx = k.asm["ptx"]
     regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
@@ -229,34 +222,53 @@ def test_pingpong_named_barriers(report):
 def test_variants_table():
     for name, (over, dims) in F.VARIANTS.items():
         for d in dims:
-            cfg = F.get_config(d, **over)
-            assert cfg.overlap or not (cfg.pack_p or cfg.prefetch_scales), name
-    # the table's rows: the first-run configuration plus the variants that won its head dim in
-    # device run 7 (hdim 128 / 256), run 11 (hdim 64) and run 15 (all three)
+            for causal in (False, True):
+                cfg = F.variant_config(name, d, causal)
+                assert cfg.overlap or not (cfg.pack_p or cfg.prefetch_scales), name
+    # the table's rows: the first-run configuration plus the variants that won in device run 7
+    # (hdim 128 / 256), run 11 (hdim 64), run 15 (all three) and run 18 (256-key tiles at hdim
+    # 64 and 128 non-causal; block by block at hdim 128 causal)
     first_run = {64: F.Fp8FwdConfig(num_stages=3, v_stages=2),
                  128: F.Fp8FwdConfig(num_stages=2, v_stages=2),
                  256: F.Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False)}
     chosen = {64: ["pack_fma_pp", "lpt"], 128: ["pack_fma_pp", "unser_ldsm", "lpt"],
               256: ["fma_pp", "ldsm", "lpt"]}
+    row = {}
     for d in F.SUPPORTED_HEAD_DIMS:
         want = first_run[d]
         for name in chosen[d]:
             want = replace(want, **F.VARIANTS[name][0])
-        assert F.get_config(d) == want, d
+        row[d] = want
+    n256 = F.VARIANTS["n256"][0]
+    expected = {
+        (64, False, 128): row[64], (64, True, 128): row[64],
+        (64, False, 256): replace(row[64], **n256),
+        (64, True, 256): replace(row[64], **n256, num_stages=2),   # 3 stages spill 4 B causal
+        (128, False, 128): row[128],
+        (128, True, 128): replace(row[128], **F.VARIANTS["serial"][0]),
+        (128, False, 256): replace(row[128], **n256),
+        (256, False, 128): row[256], (256, True, 128): row[256],
+    }
+    assert F.CONFIGS == expected
+    assert [F.preferred_block(d, c) for d in (64, 128, 256) for c in (False, True)] == \
+        [256, 256, 256, 128, 128, 128]
+    assert F.kernel_block(128, True, 256) == 128 and F.kernel_block(128, False, 1024) == 256
+    assert F.kernel_block(64, False, 64) is None
 
 
 # --- the kernel's arithmetic, emulated ------------------------------------------------------------
 
 def _key_perm_p(p):
-    """_key_perm(x, ROWS, 0, 1) in torch: (rows, 128 keys) -> (rows, 128 positions)."""
-    r = p.shape[0]
-    return p.reshape(r, 4, 2, 2, 2, 2, 2).permute(0, 1, 2, 4, 5, 3, 6).reshape(r, 128)
+    """_key_perm(x, ROWS, 0, 1) in torch: (rows, n keys) -> (rows, n positions), n % 32 == 0."""
+    r, n = p.shape
+    return p.reshape(r, n // 32, 2, 2, 2, 2, 2).permute(0, 1, 2, 4, 5, 3, 6).reshape(r, n)
 
 
 def _key_perm_v(v):
-    """_key_perm(x, 128, COLS, 0) in torch: (128 keys, cols) -> (cols, 128 positions)."""
-    c = v.shape[1]
-    return v.reshape(4, 2, 2, 2, 2, 2, c).permute(6, 0, 1, 3, 4, 2, 5).reshape(c, 128)
+    """_key_perm(x, 128, COLS, 0) in torch, per 128-key chunk as the producer transposes:
+    (n keys, cols) -> (cols, n positions); the permutation stays within groups of 32 keys."""
+    n, c = v.shape
+    return v.reshape(n // 32, 2, 2, 2, 2, 2, c).permute(6, 0, 1, 3, 4, 2, 5).reshape(c, n)
 
 
 def test_key_permutation_is_consistent():
@@ -322,11 +334,12 @@ def _emulate_kernel(qq, kq, vq, causal, scale):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("case", [(1, 200, 300, 4, 2, 64, 64, True),     # GQA, tails, q block 64
-                                  (1, 300, 140, 2, 1, 64, 128, False)],  # sq > sk: empty rows
-                         ids=["gqa-tails", "sq>sk"])
+@pytest.mark.parametrize("case", [(1, 200, 300, 4, 2, 64, 64, True, 128),     # GQA, tails, q block 64
+                                  (1, 300, 140, 2, 1, 64, 128, False, 128),  # sq > sk: empty rows
+                                  (1, 200, 600, 4, 2, 64, 64, True, 256)],   # 256-key tiles
+                         ids=["gqa-tails", "sq>sk", "gqa-tails-n256"])
 def test_emulated_kernel_matches_fp8_reference(case, causal):
-    b, sq, sk, h, hk, d, q_block, rotate = case
+    b, sq, sk, h, hk, d, q_block, rotate, kv_block = case
     g = torch.Generator().manual_seed(sq * 7 + sk)
     q = torch.randn(b, sq, h, d, generator=g).to(torch.bfloat16)
     k = torch.randn(b, sk, hk, d, generator=g).to(torch.bfloat16)
@@ -334,8 +347,8 @@ def test_emulated_kernel_matches_fp8_reference(case, causal):
     v = (torch.randn(b, sk, hk, d, generator=g)
          * torch.logspace(-2, 2, sk).reshape(1, sk, 1, 1)).to(torch.bfloat16)
     qq = quantize_fp8(q, block_size=q_block, role="q", rotate=rotate, seed=3)
-    kq = quantize_fp8(k, block_size=128, role="k", rotate=rotate, seed=3)
-    vq = quantize_fp8(v, block_size=128, role="v")
+    kq = quantize_fp8(k, block_size=kv_block, role="k", rotate=rotate, seed=3)
+    vq = quantize_fp8(v, block_size=kv_block, role="v")
     scale = d ** -0.5
     ref_o, ref_l = fp8_attention_forward(qq, kq, vq, causal, scale, out_dtype=torch.float32)
     emu_o, emu_l = _emulate_kernel(qq, kq, vq, causal, scale)
@@ -370,8 +383,14 @@ def test_supports_gives_reasons_off_gpu():
 
 def test_forward_rejects_kv_block_size_other_than_block_n():
     qq, kq, vq = _quantised(block_kv=64)
-    with pytest.raises(ValueError, match=r"kq .*block_size=64.*BLOCK_N=128"):
+    with pytest.raises(ValueError, match=r"kq .*block_size=64.*128 or 256"):
         F.forward(qq, kq, vq, False, 0.125)
+    # an explicit config whose key tile does not divide the block size
+    qq, kq, vq = _quantised(block_kv=128)
+    with pytest.raises(ValueError, match=r"kq .*block_size=128.*BLOCK_N=256"):
+        F.forward(qq, kq, vq, False, 0.125, config=F.get_config(64, False, 256))
+    reason = F.supports(*_quantised(block_kv=64), False)
+    assert isinstance(reason, str)
 
 
 def test_forward_rejects_what_the_reference_rejects():
@@ -383,12 +402,13 @@ def test_forward_rejects_what_the_reference_rejects():
 
 
 def test_config_table():
-    for d in F.SUPPORTED_HEAD_DIMS:
-        cfg = F.get_config(d)
-        assert cfg.block_m == 128 and cfg.block_n == 128 and cfg.v_stages >= 2
+    for (d, causal, bn), cfg in F.CONFIGS.items():
+        assert cfg.block_m == 128 and cfg.block_n == bn and cfg.v_stages >= 2
         assert F.shared_memory_bytes(d, cfg) <= SMEM_LIMIT
         # 2 consumer warpgroups at consumer_regs plus the producer within 168 * 384 registers
         assert 128 * (2 * cfg.consumer_regs + cfg.producer_regs) <= 65536
+        if bn == 256:   # 256-key tiles run block by block (forward() refuses otherwise)
+            assert not cfg.overlap and not cfg.persistent and d != 256
     assert not F.get_config(256).overlap   # overlap spills at hdim 256 (see CONFIGS)
     assert math.isclose(F.P_SCALE_LOG2, 8.0)
 
@@ -429,12 +449,12 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     assert seen["kwargs"]["CAUSAL"] is True and seen["kwargs"]["HEAD_DIM"] == 128
     assert seen["kwargs"]["PERSISTENT"] is False
     # persistent: one program per SM at most (a CPU tensor counts 132), walking the 24 tiles
-    F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, persistent=True))
+    F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, False, 128, persistent=True))
     assert seen["grid"] == (24,) and seen["kwargs"]["PERSISTENT"] is True
     assert seen["kwargs"]["LPT"] is False
     # sections of 4 (batch, head)s: K and V of one kv head are 2 * 260 * 128 B = 65 KB, so 130 KB
     # holds 2 kv heads = 4 q heads
-    F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, l2_section_kb=130))
+    F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, True, 128, l2_section_kb=130))
     assert seen["grid"] == (4, 3, 2)
     F.forward(qq, kq, vq, False, 0.1)   # non-causal: the 1-D (batch, head)-major grid
     assert seen["grid"] == (24,) and seen["kwargs"]["LPT"] is False
@@ -442,8 +462,21 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     q2q = quantize_fp8(q2, block_size=64, role="q", rotate=True)
     k2 = quantize_fp8(q2, role="k", rotate=True)
     F.forward(q2q, k2, quantize_fp8(q2, role="v"), False, 0.1,
-              config=F.get_config(128, persistent=True))
+              config=F.get_config(128, False, 128, persistent=True))
     assert seen["grid"] == (132,)   # 4 * 8 * 9 = 288 tiles
+    # k and v quantised with 256-row blocks: non-causal runs the 256-key tile (one scale per tile)
+    k256 = quantize_fp8(k, role="k", rotate=True, block_size=256)
+    v256 = quantize_fp8(k, role="v", block_size=256)
+    F.forward(qq, k256, v256, False, 0.1)
+    args = dict(zip(positional, seen["args"]))
+    assert seen["kwargs"]["BLOCK_N"] == 256 and seen["kwargs"]["OVERLAP"] is False
+    assert args["kv_nblk"] == 2 and args["v_desc"].block_shape == [1, 128, 1, 64]
+    # ... and causal at hdim 128 the 128-key tile, each 256-row scale repeated per tile
+    F.forward(qq, k256, v256, True, 0.1)
+    args = dict(zip(positional, seen["args"]))
+    assert seen["kwargs"]["BLOCK_N"] == 128 and args["kv_nblk"] == 3
+    assert torch.equal(args["ks_ptr"], k256.scales.repeat_interleave(2, dim=-1)[..., :3])
+    assert torch.equal(args["vs_ptr"], v256.scales.repeat_interleave(2, dim=-1)[..., :3])
 
 
 def test_lpt_section_heads():
@@ -468,9 +501,8 @@ def test_lpt_section_heads():
 def test_ldsm_transpose_uses_transposing_loads(reports):
     """With ldsm_transpose (the hdim 128 / 256 rows since device run 15) V is read through
     ldmatrix.trans (HEAD_DIM // 64 x BLOCK_N // 128 chunks of four x4 loads per block), with
-    fewer byte permutes
-    than the same configuration without it (variant no_ldsm), whose transpose has none of those
-    loads."""
+    fewer byte permutes than the same 128-key row without it (variant no_ldsm), whose transpose
+    has none of those loads."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
     compared = 0
     for (d, causal, variant), r in by.items():
@@ -478,7 +510,8 @@ def test_ldsm_transpose_uses_transposing_loads(reports):
         if r["config"]["ldsm_transpose"]:
             assert n_ld == 4 * (d // 64) * (r["config"]["block_n"] // 128), (d, n_ld)
             base = by.get((d, causal, "no_ldsm"))
-            if base is not None and variant is None:
+            if base is not None and variant in (None, "@128") and r["config"]["block_n"] == 128 \
+                    and base["config"] == dict(r["config"], ldsm_transpose=False):
                 assert r["ptx_counts"]["prmt.b32"] < base["ptx_counts"]["prmt.b32"]
                 compared += 1
         else:

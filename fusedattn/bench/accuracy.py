@@ -92,7 +92,7 @@ def run_accuracy(impls: dict[str, Impl], device, causals=(False, True), shape: d
             row = dict(common, impl=impl.name, group=impl.group)
             try:
                 if impl.prepare is not None:
-                    args = tuple(impl.prepare(*feed))
+                    args = tuple(impl.prepare(*feed, causal))
                 elif impl.family == "fp8":
                     args = _layout(tuple(C.to_fp8(t) for t in feed), impl.layout)
                 else:

@@ -17,7 +17,7 @@ Anchors (what a user would pick instead):
 
 FP8 in fusedattn: register the FP8 path in :data:`FUSEDATTN_FP8_BACKENDS` (a name and a factory
 returning ``(prepare, run)``); the sweep then adds a forward column ``fusedattn-<name>-fp8``:
-``prepare(q, k, v)`` turns the shape's bf16 inputs into what ``run`` takes (a cast, a quantisation
+``prepare(q, k, v, causal)`` turns the shape's bf16 inputs into what ``run`` takes (a cast, a quantisation
 with scales: untimed, as FA3 fp8's cast), ``run(*prepared, causal, softmax_scale)`` is timed and its
 output judged against the oracle on the bf16 inputs. :func:`fp8_through_attention` is the factory
 for a backend that takes e4m3 tensors through ``fusedattn.attention`` itself.
@@ -126,7 +126,7 @@ class Impl:
     dtypes: tuple = ()          # input dtypes it takes (accuracy table); fusedattn asks the API
     backend: str | None = None  # the fusedattn backend name
     fwd_with_grad: bool = False  # time the forward through the training graph when bwd is run too
-    prepare: Callable | None = None  # prepare(q, k, v) (bf16, bshd) -> fn's inputs; untimed
+    prepare: Callable | None = None  # prepare(q, k, v, causal) (bf16, bshd) -> fn's inputs; untimed
     note: str = ""
     guard: Callable = field(default=lambda: contextlib.nullcontext([]))
 
@@ -178,7 +178,7 @@ def fusedattn_impl(backend: str) -> Impl:
                 layout="bshd", fn=fn, backend=backend)
 
 
-def cast_fp8(q, k, v):
+def cast_fp8(q, k, v, causal=False):
     """The prepare step of an fp8 column: plain cast to e4m3, no scaling (FA3 fp8's inputs)."""
     from .common import to_fp8
     return tuple(to_fp8(t) for t in (q, k, v))
@@ -212,15 +212,18 @@ def _fp8_kernel_launches(q) -> None:
 
 def fp8_hopper_kernel() -> tuple[Callable, Callable]:
     """fusedattn-hopper-fp8, kernel to kernel: prepare = fusedattn.quantize_fp8 of the bf16 inputs
-    (q and k rotated with one seed, one scale per 128 rows and head; untimed, as FA3 fp8's cast),
-    run = fusedattn.attention_fp8 on the QuantizedTensors (the Gluon FP8 kernel only)."""
+    as attention_fp8 quantises them (q and k rotated with one seed; one scale per 128 rows of q
+    and per key tile of k and v, fp8_api.kv_block_for; untimed, as FA3 fp8's cast), run =
+    fusedattn.attention_fp8 on the QuantizedTensors (the Gluon FP8 kernel only)."""
     import fusedattn
+    from fusedattn.fp8_api import kv_block_for
 
-    def prepare(q, k, v):
+    def prepare(q, k, v, causal=False):
         _fp8_kernel_launches(q)
+        kvb = kv_block_for(q.shape[-1], causal)
         return (fusedattn.quantize_fp8(q, role="q", rotate=True),
-                fusedattn.quantize_fp8(k, role="k", rotate=True),
-                fusedattn.quantize_fp8(v, role="v"))
+                fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb),
+                fusedattn.quantize_fp8(v, role="v", block_size=kvb))
 
     def run(qq, kq, vq, causal, scale):
         return fusedattn.attention_fp8(qq, kq, vq, causal=causal, softmax_scale=scale)
@@ -232,7 +235,7 @@ def fp8_hopper_end_to_end() -> tuple[Callable, Callable]:
     quantiser launches) and runs the FP8 kernel: what a caller without an FP8 cache pays."""
     import fusedattn
 
-    def prepare(q, k, v):
+    def prepare(q, k, v, causal=False):
         _fp8_kernel_launches(q)
         return q, k, v
 

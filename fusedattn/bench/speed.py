@@ -72,14 +72,15 @@ class CellInputs:
             self._cache[key] = (q, k, v, dout)
         return self._cache[key]
 
-    def args_for(self, impl) -> tuple[tuple, torch.Tensor]:
-        """(the inputs impl.fn takes, dout in its layout); an impl's prepare step runs once here."""
+    def args_for(self, impl, causal: bool = False) -> tuple[tuple, torch.Tensor]:
+        """(the inputs impl.fn takes, dout in its layout); an impl's prepare step runs once here
+        per causal flag (FP8 key tiles, and so k and v's quantisation blocks, depend on it)."""
         if impl.prepare is None:
             q, k, v, dout = self.get(impl.family, impl.layout)
             return (q, k, v), dout
-        key = ("prepared", impl.name)
+        key = ("prepared", impl.name, bool(causal))
         if key not in self._cache:
-            self._cache[key] = tuple(impl.prepare(self.q, self.k, self.v))
+            self._cache[key] = tuple(impl.prepare(self.q, self.k, self.v, causal))
         dout = self.dout.transpose(1, 2).contiguous() if impl.layout == "bhsd" else self.dout
         return self._cache[key], dout
 
@@ -176,7 +177,7 @@ def measure(entry: dict, impl: Impl, pass_: str, inp: CellInputs, ref: CellRefer
             causal: bool, scale: float, timer, device, with_grad_fwd: bool) -> None:
     """Fill ``entry`` with the check and the timing of one (implementation, pass); errors are
     recorded in it, never raised (except a broken CUDA context)."""
-    args, dout = inp.args_for(impl)
+    args, dout = inp.args_for(impl, causal)
     grad_fwd = pass_ == "fwd" and impl.fwd_with_grad and with_grad_fwd
     if grad_fwd:
         entry["note"] = "forward timed through the training graph (the one compiled for backward)"

@@ -18,7 +18,8 @@ Layout: q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, kv_heads, he
 float8_e4m3fn codes from :func:`fusedattn.quantize_fp8` with float32 scales (batch, heads, blocks).
 Causal masking is bottom-right aligned; a row that sees no key gets out = 0 and lse = -inf.
 
-Program structure (one CTA = BLOCK_M = 128 query rows of one (batch, head); BLOCK_N = 128 keys),
+Program structure (one CTA = BLOCK_M = 128 query rows of one (batch, head); BLOCK_N = 128 or 256
+keys per key tile, from the table CONFIGS),
 as the 16-bit kernel (``hopper_fwd.py``) but with a whole producer warpgroup:
 
     partition        warps  registers     work
@@ -78,9 +79,17 @@ Design choices (and why):
 * FP8 accumulation: wgmma's e4m3 accumulator is used as is (no max_num_imprecise_acc split), as
   FA3 does; the reference module's docstring notes the difference this can make.
 
-The quantised tensors' block sizes: k and v must have block_size == BLOCK_N (one scale per key tile,
-and the same online-softmax blocking as the reference, so the two agree to float32 rounding); q may
-have any block_size (the scale is looked up per row).
+* **256-key tiles** (device run 18: +22..29% at hdim 64 and at hdim 128 non-causal over the
+  128-key rows): run block by block (S alone is 128 registers per thread); V is loaded and
+  transposed in 128-key chunks (two V^T tiles per stage) and P V is two products of 128 keys, P
+  split at key bit 7, a register bit of the accumulator. The per-block work (the O rescale, the row
+  reductions' shuffles, barriers, waits, descriptors) is paid once per 256 keys.
+
+The quantised tensors' block sizes: k and v carry one scale per key tile: block_size == BLOCK_N
+gives the reference's online-softmax blocking, so the two agree to float32 rounding; a multiple of
+BLOCK_N runs with each scale repeated per tile (QuantizedTensor.reblocked, the same values; its
+emulation is the reference on the reblocked tensors). q may have any block_size (the scale is looked
+up per row).
 """
 from __future__ import annotations
 
@@ -145,13 +154,28 @@ class Fp8FwdConfig:
         return 4
 
 
-# block_n is 128 everywhere: quantize_fp8's default block_size, and a power of two (scale blocks
-# are). FA3 FP8 uses 192x160 (hdim 64), 128x224 (128), 128x128 (256); 224 and 160 cannot hold one
-# scale per tile with power-of-two quantisation blocks. Registers (ptxas, CPU compile): with the
-# producer at 32 registers the default partition (consumer wg0) gets 232 = 168 * 3 - 240 - 32;
-# at 24 the producer's transpose spills. hdim 256 with overlap spills ~130 registers per thread in
-# each consumer (O 128 + S 64 + P 16 + state > 232), so hdim 256 runs without overlap (0 spills).
-# Shared memory: hdim 64 72.5 KB, 128 112.4 KB, 256 224.4 KB (of 227 KB).
+# Key tiles (block_n) are 128 or 256 keys: powers of two, as quantisation blocks are (k and v carry
+# one scale per key tile; a tensor quantised with 256-row blocks also runs on a 128-key tile, its
+# scales repeated: QuantizedTensor.reblocked). FA3 FP8 uses 192x160 (hdim 64), 128x224 (128,
+# non-causal; 128x128 causal), 128x128 (256). Registers (ptxas, CPU compile): with the producer at
+# 32 registers the default partition (consumer wg0) gets 232 = 168 * 3 - 240 - 32; at 24 the
+# producer's transpose spills. hdim 256 with overlap spills ~130 registers per thread in each
+# consumer (O 128 + S 64 + P 16 + state > 232), so hdim 256 runs without overlap (0 spills); a
+# 256-key tile there would need S 128 + O 128 registers: not offered. 256-key tiles run block by
+# block (S alone is 128 registers); hdim 128 causal with them spills 112 B: not offered.
+# Shared memory: see shared_memory_bytes (hdim 64: 72.5 / 136.5 KB, 128: 112.4 / 208.4 KB,
+# 256: 224.4 KB, for 128- / 256-key tiles).
+_ROW64 = Fp8FwdConfig(num_stages=3, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True,
+                      lpt_order=True)
+_ROW128 = Fp8FwdConfig(num_stages=2, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True,
+                       unpack_prmt=True, ldsm_transpose=True, lpt_order=True)
+_ROW256 = Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False, softmax_fma=True, pingpong=True,
+                       ldsm_transpose=True, lpt_order=True)
+_BLOCKWISE = dict(overlap=False, pack_p=False, unpack_prmt=False)   # the block-by-block loop
+
+# (head_dim, causal, block_n) -> configuration. attention_fp8 on 16-bit inputs quantises k and v
+# with the largest block_n listed for (head_dim, causal) (preferred_block); quantised inputs run
+# on the largest listed block_n that divides their block_size (get_config).
 CONFIGS = {
     # P packed, FFMA softmax and pingpong (variant pack_fma_pp), device run 11: s=2048/8192
     # non-causal 374/427 vs 294/328, causal 282/394 vs 207/297 (+27/+30/+36/+32%); best or within
@@ -159,8 +183,13 @@ CONFIGS = {
     # Causal tiles longest first over L2 sections (variant lpt), device run 15: causal s=2048
     # 288 vs 280 (+3.0%), non-causal unchanged (same kernel). P unpacked by prmt (unser, which
     # ends ptxas's serialisation of every wgmma): +1.6/-1.3/+2.5%, flat: not adopted.
-    64: Fp8FwdConfig(num_stages=3, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True,
-                     lpt_order=True),
+    (64, False, 128): _ROW64,
+    (64, True, 128): _ROW64,
+    # 256-key tiles block by block (variant n256), device run 18: s=2048/8192 non-causal 464/546
+    # vs 376/424 (+23/+29%), causal 301/477 vs 291/401 (+3/+19%; measured with 3 stages, which
+    # spills 4 B causal: 2 stages here, 0 spills).
+    (64, False, 256): replace(_ROW64, block_n=256, **_BLOCKWISE),
+    (64, True, 256): replace(_ROW64, block_n=256, num_stages=2, **_BLOCKWISE),
     # P packed to e4m3 in registers (pack_p), FFMA softmax and pingpong between the consumer
     # warpgroups (variant pack_fma_pp), device run 7: s=2048/8192 non-causal 573/669 vs 497/573,
     # causal 438/611 vs 345/507 (+15..27%); best of 6 in all four cells.
@@ -168,17 +197,35 @@ CONFIGS = {
     # device run 15: s=2048/8192 non-causal 604/708 vs 568/664 (+6.4/+6.6%), causal 456/643 vs
     # 433/606 (+5.1/+6.1%), best or within 0.3% of the best of 6 in every cell; and causal tiles
     # longest first (variant lpt, measured alone: causal +2.8/+5.0%).
-    128: Fp8FwdConfig(num_stages=2, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True,
-                      unpack_prmt=True, ldsm_transpose=True, lpt_order=True),
-    # block by block (no overlap) with FFMA softmax and pingpong (variant fma_pp), device run 7:
+    (128, False, 128): _ROW128,
+    # the same without the overlap (variant serial), device run 18: causal s=2048/8192 495/678 vs
+    # 458/659 (+8/+3%); non-causal 629/708 vs 600/707
+    (128, True, 128): replace(_ROW128, **_BLOCKWISE),
+    # 256-key tiles block by block (variant n256), device run 18: s=2048/8192 non-causal 731/876
+    # vs 600/707 (+22/+24%; FA3-FP8 842/929 in that process)
+    (128, False, 256): replace(_ROW128, block_n=256, **_BLOCKWISE),
+    # block by block with FFMA softmax and pingpong (variant fma_pp), device run 7:
     # s=2048/8192 non-causal 851/962 vs 813/922, causal 643/863 vs 620/849 (+2..5%).
     # Then the V transpose through ldmatrix.trans (variant ldsm), device run 15: s=2048/8192
     # non-causal 877/1005 vs 852/966 (+2.9/+4.1%), causal 657/894 vs 642/867 (+2.5/+3.1%); and
     # causal tiles longest first (variant lpt, alone: causal +0.3/+5.3%). The overlapped loop
     # (variant ov256) was no better than ldsm alone (+2.6/+4.0%, causal -3.9/+2.1%).
-    256: Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False, softmax_fma=True, pingpong=True,
-                      ldsm_transpose=True, lpt_order=True),
+    (256, False, 128): _ROW256,
+    (256, True, 128): _ROW256,
 }
+
+
+def preferred_block(head_dim: int, causal: bool) -> int:
+    """The key tile (and k/v quantisation block) attention_fp8 uses for 16-bit inputs."""
+    return max(bn for (d, c, bn) in CONFIGS if d == head_dim and c == bool(causal))
+
+
+def kernel_block(head_dim: int, causal: bool, kv_block: int) -> int | None:
+    """The largest key tile in CONFIGS for (head_dim, causal) that divides kv_block (k and v's
+    quantisation block_size), or None when there is none (kv_block < 128)."""
+    fits = [bn for (d, c, bn) in CONFIGS if d == head_dim and c == bool(causal)
+            and kv_block % bn == 0]
+    return max(fits) if fits else None
 
 
 # Candidates after the first GPU run (benchmarks/fp8_log.md), measured beside the table's rows by
@@ -236,18 +283,35 @@ VARIANTS = {
     # session 6 (fp8_log.md): 256-key blocks at hdim 128, block by block (k and v quantised with
     # block_size 256): half the per-block work (O rescale, reductions' shuffles, barriers,
     # waits, descriptors) per key; FA3 uses 224-key blocks here (non-causal)
-    "n256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False}, (64, 128)),
+    # device run 18: +22..29% non-causal at hdim 64 / 128 (in the table since: (d, False, 256),
+    # and (64, True, 256)); hdim 128 causal -5/+6% (and spills 112 B: not in the table)
+    "n256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False}, ()),
     # the control for n256: the same block-by-block loop with 128-key blocks (hdim 128's row
-    # without the overlap), to separate the block size's effect from the loop's
-    "serial": ({"overlap": False, "pack_p": False, "unpack_prmt": False}, (128,)),
+    # without the overlap), to separate the block size's effect from the loop's. Device run 18:
+    # non-causal +5/0%, causal +8/+3% (the table's (128, True, 128) since)
+    "serial": ({"overlap": False, "pack_p": False, "unpack_prmt": False}, ()),
 }
 
 
-def get_config(head_dim: int, **overrides) -> Fp8FwdConfig:
-    cfg = CONFIGS[head_dim]
+def get_config(head_dim: int, causal: bool = False, kv_block: int | None = None,
+               **overrides) -> Fp8FwdConfig:
+    """The table's configuration for (head_dim, causal) and k/v quantised with kv_block rows per
+    scale (default: preferred_block), plus overrides."""
+    bn = preferred_block(head_dim, causal) if kv_block is None else kernel_block(head_dim, causal,
+                                                                                  kv_block)
+    if bn is None:
+        raise ValueError(f"no FP8 key tile divides block_size={kv_block}: quantise k and v with "
+                         f"quantize_fp8(..., block_size={preferred_block(head_dim, causal)})")
+    cfg = CONFIGS[(head_dim, bool(causal), bn)]
     if overrides:
         cfg = replace(cfg, **overrides)
     return cfg
+
+
+def variant_config(name: str, head_dim: int, causal: bool = False) -> Fp8FwdConfig:
+    """A named candidate (VARIANTS): its overrides on the table's 128-key row for (head_dim,
+    causal), the rows the candidates were defined against."""
+    return get_config(head_dim, causal, 128, **VARIANTS[name][0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1127,12 +1191,13 @@ def _descriptor(t: torch.Tensor, block: int, cols: int):
 _OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def _block_size_error(qq, kq, vq, cfg: Fp8FwdConfig) -> str | None:
+def _block_size_error(kq, vq, cfg: Fp8FwdConfig) -> str | None:
     for name, t in (("kq", kq), ("vq", vq)):
-        if t.block_size != cfg.block_n:
+        if t.block_size % cfg.block_n:
             return (f"{name} was quantised with block_size={t.block_size}, but the FP8 kernel's key "
                     f"tile is BLOCK_N={cfg.block_n}: quantise k and v with "
-                    f"quantize_fp8(..., block_size={cfg.block_n}) (one scale per key tile)")
+                    f"quantize_fp8(..., block_size={cfg.block_n}) or a multiple of it (one scale "
+                    f"per key tile)")
     return None
 
 
@@ -1156,7 +1221,12 @@ def supports(qq, kq, vq, causal: bool = False) -> str | None:
         return f"the hopper FP8 kernel takes float8_e4m3fn data, got {qq.data.dtype}"
     if qq.shape[2] % kq.shape[2] != 0:
         return "heads must be a multiple of kv_heads"
-    return _block_size_error(qq, kq, vq, get_config(d))
+    bn = kernel_block(d, causal, kq.block_size)
+    if bn is None:
+        return (f"kq was quantised with block_size={kq.block_size}; the FP8 kernel's key tiles "
+                f"are 128 or 256 keys: quantise k and v with quantize_fp8(..., block_size="
+                f"{preferred_block(d, causal)})")
+    return None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1179,8 +1249,11 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     """FP8 attention forward: (out, lse) as fusedattn.fp8_reference.fp8_attention_forward.
 
     qq, kq, vq: QuantizedTensors (roles "q", "k", "v"; q and k both rotated with one seed or both
-    not; v not rotated). kq and vq must have block_size == BLOCK_N (128): ValueError otherwise,
-    naming the argument. qq may have any block_size. out: (batch, seqlen_q, heads, head_dim) in
+    not; v not rotated). kq and vq's block_size must be a multiple of the key tile BLOCK_N:
+    without ``config`` the table's tile for (head_dim, causal) is the largest one (128 or 256)
+    that divides it (get_config); a block_size below 128 is a ValueError naming the argument. A
+    multiple runs with its scales repeated per tile (QuantizedTensor.reblocked: the same values).
+    qq may have any block_size. out: (batch, seqlen_q, heads, head_dim) in
     out_dtype (bf16 default); lse: float32 (batch, heads, seqlen_q), natural log, -inf for rows
     that see no key. softmax_scale defaults to 1/sqrt(head_dim). _out/_lse: preallocated
     contiguous outputs (tests poison them before the launch). _warmup: compile (into triton's
@@ -1193,7 +1266,14 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     _, seqlen_k, kv_heads, _ = kq.shape
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    cfg = config or get_config(head_dim)
+    if config is None:
+        bn = kernel_block(head_dim, causal, kq.block_size)
+        if bn is None:
+            raise ValueError(f"kq was quantised with block_size={kq.block_size}, but the FP8 "
+                             f"kernel's key tiles are 128 or 256 keys: quantise k and v with "
+                             f"quantize_fp8(..., block_size={preferred_block(head_dim, causal)})")
+        config = CONFIGS[(head_dim, bool(causal), bn)]
+    cfg = config
     if cfg.block_m != 128 or cfg.block_n not in (128, 256):
         raise ValueError("the kernel's tiles are BLOCK_M = 128 and BLOCK_N = 128 or 256 (the "
                          "transpose and the key permutation work on 128-key chunks)")
@@ -1202,9 +1282,11 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
                          "overlapped loop would hold two 256-key score tiles")
     if cfg.v_stages < 2:
         raise ValueError("v_stages must be >= 2 (V_{j+1} is loaded while V_j is transposed)")
-    err = _block_size_error(qq, kq, vq, cfg)
+    err = _block_size_error(kq, vq, cfg)
     if err:
         raise ValueError(err)
+    # k and v quantised with blocks larger than the key tile: the same values, one scale per tile
+    kq, vq = kq.reblocked(cfg.block_n), vq.reblocked(cfg.block_n)
     if out_dtype not in _OUT_DTYPES:
         raise ValueError(f"out_dtype must be bfloat16 or float16, got {out_dtype}")
     if seqlen_q == 0 or seqlen_k == 0 or batch == 0 or heads == 0:
@@ -1282,7 +1364,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    cfg = config or get_config(head_dim)
+    cfg = config or get_config(head_dim, causal)
     signature = _signature(head_dim, cfg, out_dtype)
     constexprs = _constexprs(head_dim, causal, cfg)
     for name in constexprs:
