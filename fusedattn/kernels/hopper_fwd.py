@@ -145,6 +145,20 @@ class FwdConfig:
     o_buffer: bool = False        # with persistent + tma_store (2 consumers): O gets its own
                                   # shared-memory tile instead of reusing Q's, so the next tile's
                                   # Q load starts after the last QK^T, not after the TMA store
+    # --- diagnostics of q_prefetch at hdim 64 causal (scripts/qpf_diag2.py); off, never in the
+    # table; each acts only with q_prefetch (kernel TMA_STORE == 3; forward() refuses it
+    # otherwise) and reaches the kernel as one bit of QPF_DIAG (_qpf_diag_bits) ---
+    diag_fence_init: bool = False   # 1: fence.proxy.async.shared::cta right after the mbarrier
+                                    # inits (before the warp-specialised region and any TMA)
+    diag_store_wait: bool = False   # 2: each consumer warpgroup waits for its own O TMA store
+                                    # (store_wait 0 + warpgroup barrier) at the end of every tile,
+                                    # as TMA_STORE == 1 does (the loop's exit already waits)
+    diag_joint_exit: bool = False   # 4: the consumer warpgroups leave their tile loop together:
+                                    # each arrives on an mbarrier (the unused pingpong turn
+                                    # barrier 0, count NUM_CONSUMERS) and waits for the others
+    diag_static_qbuf: bool = False  # 8 (three consumers): the Q buffer, q_bar and q_empty
+                                    # indices as compile-time constants (the tile body twice,
+                                    # one copy per buffer) instead of 4 * sb + WG at run time
 
     @property
     def num_warps(self) -> int:
@@ -186,9 +200,13 @@ CONFIGS = {
     # s=1k/2k/8k 381/444/495 vs the previous row 353/429/504 (+7.8/+3.4/-1.7%); the dynamic
     # order won 1k (389) but lost 5% at 8k, 3 stages gave nothing.
     # Split loops on top (variant split, v8), device run 13: s=1k/2k 381/450 vs 375/442 (+1.7/+1.6%).
+    # The next tile's Q loaded during this tile, on the dynamic scheduler (variant qpf, v10),
+    # device run 19: s=512/1k/2k/4k/8k/16k 385/418/500/506/503/505 vs 315/379/449/467/487/495
+    # (+22/+10/+11/+8/+3/+2%).
     (64, False): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                        consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
-                       persistent=True, tma_store=True, split_loops=True),
+                       persistent=True, tma_store=True, split_loops=True, q_prefetch=True,
+                       o_buffer=False, scheduler=1),
     # 3 warpgroups x 64 rows, BLOCK_N 128, dynamic longest-first persistent scheduler, TMA store,
     # per-warpgroup causal bounds (variant d64_3wg_n128_pdyn_wgb), device run 7: causal
     # s=1k/2k/4k/8k 259/362/415/463 vs the previous row (v3+FFMA) 213/295/363/409
@@ -332,10 +350,13 @@ VARIANTS = {
     # (non-causal: on the dynamic scheduler, which q_prefetch needs). Device run 15: hdim 128
     # lost 1-11% in all six cells; hdim 64 non-causal +16% at 1k, flat at 2k, but hdim 64 causal
     # left outputs unwritten (smoke check failed, cause not found yet): not adopted.
+    # Device run 19: hdim 64 non-causal +2..22% at every seqlen (512-16k): adopted for that row.
     "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1}, (128, 64)),
+    # hdim 64 non-causal's row before run 19 (static persistent order, one Q buffer)
+    "no_qpf": ({"q_prefetch": False, "scheduler": 0}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
-ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf"}
+ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -675,7 +696,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
               D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
               TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
               NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
-              SPLIT: gl.constexpr = False, q_base=0):
+              SPLIT: gl.constexpr = False, q_base=0, DIAG: gl.constexpr = 0):
     """One (batch, head, m-tile) work item of one consumer warpgroup.
 
     WGB (v5, causal, no pingpong): this warpgroup's own causal bounds: it computes only the K/V
@@ -684,6 +705,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
 
     kv_base / turn_base: K/V ring and pingpong-turn counters at the start of the tile (0 for the
     one-tile-per-program grid; carried across tiles when PERSISTENT); q_phase: phase of q_bar.
+    DIAG (TMA_STORE == 3 only): the QPF_DIAG bits of the kernel (FwdConfig.diag_*).
     Returns the counters after the tile.
     """
     M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
@@ -892,6 +914,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 gl.thread_barrier()
                 mbarrier.arrive(q_empty, count=1)  # Q rows free again once the store has read them
         # TMA_STORE == 3 (v10): this buffer is released during the next tile (_release_q_buffer)
+        if TMA_STORE == 3:
+            if DIAG & 2:  # diagnostic (diag_store_wait): this warpgroup's store has read its rows
+                tma.store_wait(0)
+                gl.thread_barrier()
     else:
         rows_o = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_o)
         cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
@@ -1251,7 +1277,8 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                       OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                       TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                       NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
-                  SPLIT: gl.constexpr = False):
+                  SPLIT: gl.constexpr = False, DIAG: gl.constexpr = 0):
+    # DIAG (TMA_STORE == 3 only): the kernel's QPF_DIAG bits (FwdConfig.diag_*)
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -1271,20 +1298,41 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                 tile_smem.index(sb))
             if more != 0:
                 if NC == 3:  # the boxes of buffer sb are q_smem[4 sb .. 4 sb + 2]
-                    c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(sb), k_ready,
-                                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs,
-                                     sq, sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
-                                     WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                                     PINGPONG, c, t, (i // 2) & 1, q_empty.index(1 - sb), o_desc,
-                                     D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT,
-                                     4 * sb)
+                    if DIAG & 8:
+                        # diagnostic (diag_static_qbuf): one copy of the tile body per buffer,
+                        # every buffer / barrier index a compile-time constant
+                        if sb == 0:
+                            c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(0), k_ready,
+                                             v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h,
+                                             hs, sq, sk, sk - sq, qk_scale, m_start, n_blocks,
+                                             n_unmasked, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                             NUM_STAGES, OVERLAP, PINGPONG, c, t, (i // 2) & 1,
+                                             q_empty.index(1), o_desc, D_REAL, True, TMA_STORE,
+                                             PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG)
+                        else:
+                            c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(1), k_ready,
+                                             v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h,
+                                             hs, sq, sk, sk - sq, qk_scale, m_start, n_blocks,
+                                             n_unmasked, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                             NUM_STAGES, OVERLAP, PINGPONG, c, t, (i // 2) & 1,
+                                             q_empty.index(0), o_desc, D_REAL, True, TMA_STORE,
+                                             PP_MODE, NC, FMA, WGB, SPLIT, 4, DIAG)
+                    else:
+                        c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(sb), k_ready,
+                                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs,
+                                         sq, sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
+                                         WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
+                                         OVERLAP, PINGPONG, c, t, (i // 2) & 1,
+                                         q_empty.index(1 - sb), o_desc, D_REAL, True, TMA_STORE,
+                                         PP_MODE, NC, FMA, WGB, SPLIT, 4 * sb, DIAG)
                 else:
                     c, t = _consumer(q_smem.index(sb), k_smem, v_smem, q_bar.index(sb), k_ready,
                                      v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs,
                                      sq, sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
                                      WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
                                      PINGPONG, c, t, (i // 2) & 1, q_empty.index(1 - sb), o_desc,
-                                     D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
+                                     D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, 0,
+                                     DIAG)
                 i += 1
         else:
             mbarrier.wait(q_bar, i & 1)  # this tile's Q (or the stop signal) and its work item
@@ -1301,6 +1349,13 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
         tma.store_wait(0)  # the last tile's O store has read its shared memory
     if TMA_STORE == 3:
         tma.store_wait(0)
+        if DIAG & 4:
+            # diagnostic (diag_joint_exit): no consumer warpgroup leaves before every one has
+            # finished its last tile (turn_bars[0], unused without pingpong, initialised with
+            # count NUM_CONSUMERS for this; used once: phase 0)
+            gl.thread_barrier()
+            mbarrier.arrive(turn_bars.index(0), count=1)
+            mbarrier.wait(turn_bars.index(0), 0)
 
 
 @gluon.jit
@@ -1312,12 +1367,13 @@ def _consumer_dynamic_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
+                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
+                          DIAG: gl.constexpr = 0):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG)
 
 
 @gluon.jit
@@ -1329,12 +1385,13 @@ def _consumer_dynamic_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
+                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
+                          DIAG: gl.constexpr = 0):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG)
 
 
 @gluon.jit
@@ -1346,12 +1403,13 @@ def _consumer_dynamic_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False):
+                          WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
+                          DIAG: gl.constexpr = 0):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG)
 
 
 @gluon.jit
@@ -1366,7 +1424,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     NUM_CONSUMERS: gl.constexpr = 2, SOFTMAX_FMA: gl.constexpr = False,
                     tile_counter=None, l2_heads=None, DYNAMIC: gl.constexpr = False,
                     WG_SKIP: gl.constexpr = False, SPLIT_LOOPS: gl.constexpr = False,
-                    n_bh_arg=None):
+                    n_bh_arg=None, QPF_DIAG: gl.constexpr = 0):
     # 1-D grid over (batch * heads) x m-tiles, (batch, head) major so that neighbouring programs
     # share K/V in L2; with a causal mask the longest tiles (largest m) go first.
     # PERSISTENT: grid = number of SMs, each program walks the tiles pid, pid + grid, ...
@@ -1375,6 +1433,9 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     # DYNAMIC (with PERSISTENT, v5): FA3's dynamic longest-first schedule (_producer_dynamic):
     # tile_counter an int32 in global memory (0 at launch, 0 again at exit), l2_heads the
     # (batch, head)s per L2 section.
+    # QPF_DIAG (TMA_STORE == 3 only, 0 otherwise): diagnostic bits (FwdConfig.diag_*,
+    # _qpf_diag_bits): 1 fence after the mbarrier inits, 2 O store waited at each tile's end,
+    # 4 consumer warpgroups leave together, 8 Q buffer indices as constants.
     pid = gl.program_id(0)
     bh = pid // num_m_tiles
     pid_m = pid % num_m_tiles
@@ -1437,7 +1498,13 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(kv_empty.index(i), count=NUM_CONSUMERS)  # one arrival per consumer wg
         mbarrier.init(kv_empty.index(NUM_STAGES + i), count=NUM_CONSUMERS)
-    mbarrier.init(turn_bars.index(0), count=1)
+    if TMA_STORE == 3:
+        if QPF_DIAG & 4:  # diag_joint_exit: turn_bars[0] is the consumers' exit barrier
+            mbarrier.init(turn_bars.index(0), count=NUM_CONSUMERS)
+        else:
+            mbarrier.init(turn_bars.index(0), count=1)
+    else:
+        mbarrier.init(turn_bars.index(0), count=1)
     mbarrier.init(turn_bars.index(1), count=1)
 
     # (the argument tuples are written inline: a tuple assigned to a local first would turn its
@@ -1447,6 +1514,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
             q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
             mbarrier.init(q_empty.index(0), count=NUM_CONSUMERS)
             mbarrier.init(q_empty.index(1), count=NUM_CONSUMERS)
+            if QPF_DIAG & 1:  # diag_fence_init: the inits (all done by now) before any TMA
+                fence_async_shared()
         else:
             q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             mbarrier.init(q_empty, count=NUM_CONSUMERS)  # one arrival per consumer warpgroup
@@ -1471,17 +1540,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_consumer_dynamic_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_producer_dynamic_pf, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                         q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -1515,12 +1584,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_producer_dynamic_pf, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                         q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -1891,6 +1960,18 @@ def _tma_store_mode(cfg: FwdConfig):
     return 2 if cfg.o_buffer else cfg.tma_store
 
 
+def _qpf_diag_bits(cfg: FwdConfig) -> int:
+    """The kernel's QPF_DIAG (0 unless a FwdConfig.diag_* switch is on): diagnostics of the Q
+    prefetch (scripts/qpf_diag2.py); they act only with q_prefetch (TMA_STORE == 3)."""
+    bits = (1 * cfg.diag_fence_init + 2 * cfg.diag_store_wait + 4 * cfg.diag_joint_exit
+            + 8 * cfg.diag_static_qbuf)
+    if bits and not cfg.q_prefetch:
+        raise ValueError("the diag_* switches act only with q_prefetch")
+    if cfg.diag_static_qbuf and cfg.num_consumers != 3:
+        raise ValueError("diag_static_qbuf: three consumer warpgroups only")
+    return bits
+
+
 def _v4_constexprs(cfg: FwdConfig) -> dict:
     """Constexprs of the v4 switches, passed only when they differ from the kernel's defaults."""
     extra = {}
@@ -1904,6 +1985,10 @@ def _v4_constexprs(cfg: FwdConfig) -> dict:
 
 
 _NUM_SMS = {}
+
+# forward() refuses q_prefetch with three consumer warpgroups under a causal mask (wrong on the
+# GPU, device run 17); scripts/qpf_diag2.py clears this in its own processes to diagnose it
+_REFUSE_QPF_CAUSAL_3WG = True
 
 
 def _num_sms(device) -> int:
@@ -1991,7 +2076,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     batch, seqlen_q, heads, head_dim = q.shape
     _, seqlen_k, kv_heads, _ = k.shape
     cfg = config or get_config(head_dim, causal)
-    if cfg.q_prefetch and causal and cfg.num_consumers == 3:
+    if cfg.q_prefetch and causal and cfg.num_consumers == 3 and _REFUSE_QPF_CAUSAL_3WG:
         # device run 17 (scripts/qpf_diag.py): wrong values (max error 2.7) at 2 x 1000 x 4
         # heads, then an illegal memory access at 1 x 1152; cause not found yet
         raise ValueError("q_prefetch with three consumer warpgroups is wrong with a causal mask "
@@ -2063,6 +2148,9 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
                                and not cfg.o_buffer):
         raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
+    qpf_diag = _qpf_diag_bits(cfg)
+    if qpf_diag:  # passed only when on: the kernels without it keep their specialisation
+        extra["QPF_DIAG"] = qpf_diag
     # o_desc=None (no TMA store) is specialised away: with every new switch off the kernel
     # compiles to the verified SASS (tests/test_hopper_compile.py checks the instruction hash).
     o_desc = _descriptor(out, cfg.block_m // cfg.num_consumers, d_pad) if cfg.tma_store else None
@@ -2136,6 +2224,8 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
         constexprs["WG_SKIP"] = 2 if cfg.skip_empty_wg else cfg.wg_bounds
         if cfg.split_loops:
             constexprs["SPLIT_LOOPS"] = True
+        # always given: a constexpr left out here is None in the kernel (not its default)
+        constexprs["QPF_DIAG"] = _qpf_diag_bits(cfg)
         options = {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg}
     else:
         kernel = attn_fwd_nows_kernel
