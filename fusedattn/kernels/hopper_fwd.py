@@ -156,9 +156,8 @@ class FwdConfig:
     diag_joint_exit: bool = False   # 4: the consumer warpgroups leave their tile loop together:
                                     # each arrives on an mbarrier (the unused pingpong turn
                                     # barrier 0, count NUM_CONSUMERS) and waits for the others
-    diag_static_qbuf: bool = False  # 8 (three consumers): the Q buffer, q_bar and q_empty
-                                    # indices as compile-time constants (the tile body twice,
-                                    # one copy per buffer) instead of 4 * sb + WG at run time
+    # (bit 8, compile-time Q buffer indices with three consumers, passed in device run 20 and is
+    # now the only form)
 
     @property
     def num_warps(self) -> int:
@@ -1298,33 +1297,27 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                 tile_smem.index(sb))
             if more != 0:
                 if NC == 3:  # the boxes of buffer sb are q_smem[4 sb .. 4 sb + 2]
-                    if DIAG & 8:
-                        # diagnostic (diag_static_qbuf): one copy of the tile body per buffer,
-                        # every buffer / barrier index a compile-time constant
-                        if sb == 0:
-                            c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(0), k_ready,
-                                             v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h,
-                                             hs, sq, sk, sk - sq, qk_scale, m_start, n_blocks,
-                                             n_unmasked, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                                             NUM_STAGES, OVERLAP, PINGPONG, c, t, (i // 2) & 1,
-                                             q_empty.index(1), o_desc, D_REAL, True, TMA_STORE,
-                                             PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG)
-                        else:
-                            c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(1), k_ready,
-                                             v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h,
-                                             hs, sq, sk, sk - sq, qk_scale, m_start, n_blocks,
-                                             n_unmasked, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                                             NUM_STAGES, OVERLAP, PINGPONG, c, t, (i // 2) & 1,
-                                             q_empty.index(0), o_desc, D_REAL, True, TMA_STORE,
-                                             PP_MODE, NC, FMA, WGB, SPLIT, 4, DIAG)
+                    # one copy of the tile body per buffer, every Q box / q_bar / q_empty index a
+                    # compile-time constant. The run-time-indexed form (4 * sb + WG, q_bar[sb],
+                    # q_empty[1 - sb]) gave wrong rows and illegal addresses (device runs 15, 17,
+                    # 20: even with one tile per program, sb == 0); this form passed the same
+                    # cases (scripts/qpf_diag2.py, device run 20). Cause below the source level.
+                    if sb == 0:
+                        c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(0), k_ready,
+                                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h,
+                                         hs, sq, sk, sk - sq, qk_scale, m_start, n_blocks,
+                                         n_unmasked, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                         NUM_STAGES, OVERLAP, PINGPONG, c, t, (i // 2) & 1,
+                                         q_empty.index(1), o_desc, D_REAL, True, TMA_STORE,
+                                         PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG)
                     else:
-                        c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(sb), k_ready,
-                                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs,
-                                         sq, sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
-                                         WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
-                                         OVERLAP, PINGPONG, c, t, (i // 2) & 1,
-                                         q_empty.index(1 - sb), o_desc, D_REAL, True, TMA_STORE,
-                                         PP_MODE, NC, FMA, WGB, SPLIT, 4 * sb, DIAG)
+                        c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(1), k_ready,
+                                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h,
+                                         hs, sq, sk, sk - sq, qk_scale, m_start, n_blocks,
+                                         n_unmasked, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                         NUM_STAGES, OVERLAP, PINGPONG, c, t, (i // 2) & 1,
+                                         q_empty.index(0), o_desc, D_REAL, True, TMA_STORE,
+                                         PP_MODE, NC, FMA, WGB, SPLIT, 4, DIAG)
                 else:
                     c, t = _consumer(q_smem.index(sb), k_smem, v_smem, q_bar.index(sb), k_ready,
                                      v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs,
@@ -1963,12 +1956,9 @@ def _tma_store_mode(cfg: FwdConfig):
 def _qpf_diag_bits(cfg: FwdConfig) -> int:
     """The kernel's QPF_DIAG (0 unless a FwdConfig.diag_* switch is on): diagnostics of the Q
     prefetch (scripts/qpf_diag2.py); they act only with q_prefetch (TMA_STORE == 3)."""
-    bits = (1 * cfg.diag_fence_init + 2 * cfg.diag_store_wait + 4 * cfg.diag_joint_exit
-            + 8 * cfg.diag_static_qbuf)
+    bits = 1 * cfg.diag_fence_init + 2 * cfg.diag_store_wait + 4 * cfg.diag_joint_exit
     if bits and not cfg.q_prefetch:
         raise ValueError("the diag_* switches act only with q_prefetch")
-    if cfg.diag_static_qbuf and cfg.num_consumers != 3:
-        raise ValueError("diag_static_qbuf: three consumer warpgroups only")
     return bits
 
 
@@ -1988,7 +1978,7 @@ _NUM_SMS = {}
 
 # forward() refuses q_prefetch with three consumer warpgroups under a causal mask (wrong on the
 # GPU, device run 17); scripts/qpf_diag2.py clears this in its own processes to diagnose it
-_REFUSE_QPF_CAUSAL_3WG = True
+_REFUSE_QPF_CAUSAL_3WG = False   # lifted after the run-20 fix (compile-time Q buffer indices)
 
 
 def _num_sms(device) -> int:
