@@ -216,7 +216,7 @@ CONFIGS = {
     (64, True): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
                       persistent=True, scheduler=1, tma_store=True, wg_bounds=True,
-                      split_loops=True, skip_empty_wg=True),
+                      split_loops=True, skip_empty_wg=True, q_prefetch=True),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
@@ -353,9 +353,12 @@ VARIANTS = {
     "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1}, (128, 64)),
     # hdim 64 non-causal's row before run 19 (static persistent order, one Q buffer)
     "no_qpf": ({"q_prefetch": False, "scheduler": 0}, (64,)),
+    # hdim 64 causal's row before run 21 (one Q buffer; dynamic scheduler as before)
+    "no_qpf_c": ({"q_prefetch": False}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
-ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf"}
+ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
+            "no_qpf_c"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
