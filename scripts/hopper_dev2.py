@@ -154,7 +154,7 @@ JOBS.update({
     # non-causal row (q_prefetch) against its previous form, and qpf on the causal row
     "q64f": (80, ["default", "no_qpf"], [(64, False, s) for s in (512, 1024, 2048, 4096, 16384)],
              []),
-    "q64c": (80, ["default", "no_qpf_c"], [(64, True, s) for s in (1024, 2048, 4096, 8192)], []),
+    "q64c": (80, ["default", "qpf"], [(64, True, s) for s in (1024, 2048, 4096, 8192)], []),
 })
 DEFAULT_JOBS = ["c128", "c256", "c64", "pad"]
 # pad job: padded head dims checked with the shipped rows, and (causal) with the candidate each

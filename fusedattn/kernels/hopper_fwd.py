@@ -216,7 +216,7 @@ CONFIGS = {
     (64, True): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
                       persistent=True, scheduler=1, tma_store=True, wg_bounds=True,
-                      split_loops=True, skip_empty_wg=True, q_prefetch=True),
+                      split_loops=True, skip_empty_wg=True),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
@@ -350,15 +350,16 @@ VARIANTS = {
     # lost 1-11% in all six cells; hdim 64 non-causal +16% at 1k, flat at 2k, but hdim 64 causal
     # left outputs unwritten (smoke check failed, cause not found yet): not adopted.
     # Device run 19: hdim 64 non-causal +2..22% at every seqlen (512-16k): adopted for that row.
+    # Device run 20: the grid failed with it at small shapes (one tile per program) and so did
+    # the causal diagnosis; with three consumers the Q buffer indices are compile-time constants
+    # since. Device run 21 (fixed form): non-causal +17.5/+9.4/+1.8/-0.5/+3.8% at 512/1k/2k/4k/16k
+    # over no_qpf, grid and diagnosis passed causal and not; causal -5..-8% at 1k-8k: not there.
     "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1}, (128, 64)),
     # hdim 64 non-causal's row before run 19 (static persistent order, one Q buffer)
     "no_qpf": ({"q_prefetch": False, "scheduler": 0}, (64,)),
-    # hdim 64 causal's row before run 21 (one Q buffer; dynamic scheduler as before)
-    "no_qpf_c": ({"q_prefetch": False}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
-ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
-            "no_qpf_c"}
+ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -1979,9 +1980,10 @@ def _v4_constexprs(cfg: FwdConfig) -> dict:
 
 _NUM_SMS = {}
 
-# forward() refuses q_prefetch with three consumer warpgroups under a causal mask (wrong on the
-# GPU, device run 17); scripts/qpf_diag2.py clears this in its own processes to diagnose it
-_REFUSE_QPF_CAUSAL_3WG = False   # lifted after the run-20 fix (compile-time Q buffer indices)
+# forward() refused q_prefetch with three consumer warpgroups under a causal mask (wrong on the
+# GPU, device run 17). Fixed in run 20 (compile-time Q buffer indices), GPU grid passed causal and
+# not in run 21: the refusal is off; the switch stays for scripts/qpf_diag2.py's history
+_REFUSE_QPF_CAUSAL_3WG = False
 
 
 def _num_sms(device) -> int:
