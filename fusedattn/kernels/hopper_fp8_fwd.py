@@ -148,6 +148,9 @@ class Fp8FwdConfig:
                                   # over L2 sections of (batch, head)s (the 16-bit kernel's
                                   # dynamic schedule's order), instead of (batch, head) major
     l2_section_kb: int = 32768    # lpt_order: K+V bytes per L2 section, KB (FA3: 32 MB)
+    # --- session-6 candidate (fp8_log.md, end of session 6), off until measured on a GPU ---
+    causal_mask_only: bool = False  # causal: the mask without the implied key < seqlen_k test
+                                    # (kernel CAUSAL == 2; the same stored results)
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -290,6 +293,11 @@ VARIANTS = {
     # without the overlap), to separate the block size's effect from the loop's. Device run 18:
     # non-causal +5/0%, causal +8/+3% (the table's (128, True, 128) since)
     "serial": ({"overlap": False, "pack_p": False, "unpack_prmt": False}, ()),
+    # end of session 6 (fp8_log.md): 256-key tiles at hdim 128 causal with the mask alone (no
+    # implied bounds test): 16 B spill (two row indices of consumer warpgroup 0, reloaded once
+    # per tile between the loops) instead of 112 B; to be checked and timed (causal cells)
+    "n256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+               "causal_mask_only": True}, (128,)),
 }
 
 
@@ -597,9 +605,14 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
         qk = s_acc * gl.expand_dims(f, 1)
     if MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        valid = gl.expand_dims(cols < seqlen_k, 0)
-        if CAUSAL:
-            valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
+        if CAUSAL == 2:
+            # causal_mask_only: bottom-right causal implies key <= row + seqlen_k - seqlen_q <
+            # seqlen_k for every stored row (row < seqlen_q): the bounds test is left out
+            valid = gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1)
+        else:
+            valid = gl.expand_dims(cols < seqlen_k, 0)
+            if CAUSAL:
+                valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
     if FMA:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1) * f)
@@ -1349,7 +1362,7 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
 
 
 def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
-    return dict(CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
+    return dict(CAUSAL=(2 if causal and cfg.causal_mask_only else bool(causal)), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma,
