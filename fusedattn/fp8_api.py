@@ -152,13 +152,11 @@ def _check_args(q, k, v, causal, softmax_scale, incoherent, return_lse, seed, ba
         if d not in FP8_HEAD_DIMS:
             raise ValueError(f"head_dim must be one of {FP8_HEAD_DIMS} for the FP8 kernel "
                              f"(backend='hopper'), got {d}")
-        from .kernels.hopper_fp8_fwd import kernel_block
+        from .kernels.hopper_fp8_fwd import kv_block_error
         for name, x in (("k", k), ("v", v)):
-            if isinstance(x, QuantizedTensor) and kernel_block(d, causal, x.block_size) is None:
-                raise ValueError(f"{name} was quantised with block_size={x.block_size}; the FP8 "
-                                 f"kernel needs one scale per key tile of 128 or 256 keys (or a "
-                                 f"multiple): quantize_fp8(..., block_size="
-                                 f"{kv_block_for(d, causal)})")
+            err = isinstance(x, QuantizedTensor) and kv_block_error(d, causal, x.block_size, name)
+            if err:
+                raise ValueError(err)
         dev = devs[0]
         if dev.type != "cuda":
             raise ValueError(f"backend='hopper' runs on an sm_90 GPU (H100/H200); the inputs are on "

@@ -301,15 +301,27 @@ VARIANTS = {
 }
 
 
+def kv_block_error(head_dim: int, causal: bool, kv_block: int, name: str = "kq") -> str | None:
+    """None if a table tile for (head_dim, causal) divides kv_block, else the reason (naming the
+    argument `name`): the one message of get_config, supports, forward and attention_fp8."""
+    if kernel_block(head_dim, causal, kv_block) is not None:
+        return None
+    return (f"{name} was quantised with block_size={kv_block}, but the FP8 kernel's key tiles are "
+            f"128 or 256 keys (one scale per tile, or a multiple): quantise k and v with "
+            f"quantize_fp8(..., block_size={preferred_block(head_dim, causal)})")
+
+
 def get_config(head_dim: int, causal: bool = False, kv_block: int | None = None,
                **overrides) -> Fp8FwdConfig:
     """The table's configuration for (head_dim, causal) and k/v quantised with kv_block rows per
     scale (default: preferred_block), plus overrides."""
-    bn = preferred_block(head_dim, causal) if kv_block is None else kernel_block(head_dim, causal,
-                                                                                  kv_block)
-    if bn is None:
-        raise ValueError(f"no FP8 key tile divides block_size={kv_block}: quantise k and v with "
-                         f"quantize_fp8(..., block_size={preferred_block(head_dim, causal)})")
+    if kv_block is None:
+        bn = preferred_block(head_dim, causal)
+    else:
+        err = kv_block_error(head_dim, causal, kv_block)
+        if err:
+            raise ValueError(err)
+        bn = kernel_block(head_dim, causal, kv_block)
     cfg = CONFIGS[(head_dim, bool(causal), bn)]
     if overrides:
         cfg = replace(cfg, **overrides)
@@ -1234,12 +1246,7 @@ def supports(qq, kq, vq, causal: bool = False) -> str | None:
         return f"the hopper FP8 kernel takes float8_e4m3fn data, got {qq.data.dtype}"
     if qq.shape[2] % kq.shape[2] != 0:
         return "heads must be a multiple of kv_heads"
-    bn = kernel_block(d, causal, kq.block_size)
-    if bn is None:
-        return (f"kq was quantised with block_size={kq.block_size}; the FP8 kernel's key tiles "
-                f"are 128 or 256 keys: quantise k and v with quantize_fp8(..., block_size="
-                f"{preferred_block(d, causal)})")
-    return None
+    return kv_block_error(d, causal, kq.block_size)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1279,14 +1286,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     _, seqlen_k, kv_heads, _ = kq.shape
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    if config is None:
-        bn = kernel_block(head_dim, causal, kq.block_size)
-        if bn is None:
-            raise ValueError(f"kq was quantised with block_size={kq.block_size}, but the FP8 "
-                             f"kernel's key tiles are 128 or 256 keys: quantise k and v with "
-                             f"quantize_fp8(..., block_size={preferred_block(head_dim, causal)})")
-        config = CONFIGS[(head_dim, bool(causal), bn)]
-    cfg = config
+    cfg = config or get_config(head_dim, causal, kq.block_size)
     if cfg.block_m != 128 or cfg.block_n not in (128, 256):
         raise ValueError("the kernel's tiles are BLOCK_M = 128 and BLOCK_N = 128 or 256 (the "
                          "transpose and the key permutation work on 128-key chunks)")
@@ -1362,7 +1362,8 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
 
 
 def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
-    return dict(CAUSAL=(2 if causal and cfg.causal_mask_only else bool(causal)), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
+    causal_cx = 2 if causal and cfg.causal_mask_only else bool(causal)   # 2: causal_mask_only
+    return dict(CAUSAL=causal_cx, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma,
