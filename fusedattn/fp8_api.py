@@ -37,8 +37,8 @@ FP8_BLOCK = 128                     # q's block (the kernel's query tile), and k
 
 def kv_block_for(head_dim: int, causal: bool) -> int:
     """The block_size attention_fp8 quantises 16-bit k and v with: the FP8 kernel's preferred key
-    tile for (head_dim, causal) (hopper_fp8_fwd.preferred_block: 256 keys at head_dim 64, and at
-    128 without a causal mask; 128 otherwise), FP8_BLOCK for head dims the kernel lacks. Both
+    tile for (head_dim, causal) (hopper_fp8_fwd.preferred_block: 256 keys at head_dim 64 and
+    128, 128 at 256), FP8_BLOCK for head dims the kernel lacks. Both
     backends use it, so that "reference" emulates what "hopper" computes."""
     if head_dim not in FP8_HEAD_DIMS:
         return FP8_BLOCK
@@ -191,7 +191,7 @@ def attention_fp8(q, k, v, *, causal: bool = False, softmax_scale: float | None 
             a multiple of kv_heads (MHA, GQA, MQA). Each is either a float16 / bfloat16 / float32
             tensor, quantised here with :func:`fusedattn.quantize_fp8` (one scale per head and block
             of rows: 128 rows for q; for k and v the kernel's key tile, 256 rows at head_dim 64 and
-            at 128 without a causal mask, else 128 (``kv_block_for``); q and k rotated first when
+            128, 128 at 256 (``kv_block_for``); q and k rotated first when
             ``incoherent``), or a :class:`QuantizedTensor` from
             ``quantize_fp8`` (role "q", "k" or "v"), e.g. an FP8 KV cache. Mixed is fine: tensors
             are quantised to match the quantised operands (q with k's rotation seed).

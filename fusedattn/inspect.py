@@ -93,6 +93,24 @@ def _gmma_waits(sass: str) -> dict:
     return {"GMMA": total, "GMMA_WAITED": waited}
 
 
+def local_memory_in_loops(sass: str) -> int:
+    """Local-memory accesses (LDL / STL: spill traffic) inside a loop of the kernel's code: a
+    range from a backward branch's target to the branch. The retry branches of the mbarrier
+    waits, placed after the last EXIT, are left out (they span the code between a wait and the
+    end without being loops). 0 means every spill costs once per tile, not once per key block."""
+    ins = [(int(m.group(1), 16), m.group(2)) for m in
+           re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    exits = [a for a, t in ins if re.search(r"\bEXIT\b", t)]
+    last_exit = max(exits) if exits else None
+    loops = []
+    for a, t in ins:
+        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a and (last_exit is None or a < last_exit):
+            loops.append((int(m.group(1), 16), a))
+    return sum(1 for a, t in ins if re.search(r"\b(?:LDL|STL)\b", t)
+               and any(lo <= a <= hi for lo, hi in loops))
+
+
 def sass_digest(sass: str) -> str:
     """sha1 of the SASS instruction text (addresses dropped): equal digests = the same code."""
     import hashlib

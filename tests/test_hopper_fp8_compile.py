@@ -38,7 +38,8 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (64, False, None),           # 256-key tiles, block by block (device run 18)
     (64, True, None),
     (128, False, None),          # 256-key tiles, block by block (device run 18)
-    (128, True, None),           # 128-key tiles, block by block (device run 18)
+    (128, True, None),           # 256-key tiles, block by block, mask alone (device run 23)
+    (128, True, "@128"),         # 128-key tiles, block by block (device run 18)
     (256, False, None),
     (256, True, None),
     (64, False, "@128"),         # packed P, predicated unpacking (C7513), overlap
@@ -105,6 +106,7 @@ for d, causal, variant in json.loads(sys.argv[1]):
     r["sass_counts"] = {kk: v for kk, v in sc.items() if kk != "sass"}
     r["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
     r["loop_prmt"] = steady_loop_prmt(sc["sass"]) if cfg.overlap else None
+    r["local_in_loops"] = fi.local_memory_in_loops(sc["sass"])
     r["named_bar_10_11"] = len(re.findall(r"bar\.(?:sync|arrive) 1[01], 256", ptx))
     out.append(r)
 print("REPORTS=" + json.dumps(out))
@@ -180,10 +182,21 @@ def test_tma_loads_and_in_kernel_v_transpose(report):
     assert ptx["fence.proxy.async"] > 0          # ... and fenced before wgmma reads it
 
 
+# The one row shipped with a spill, measured faster than every spill-free form (device run 23:
+# +2.5/+13.9% at 2k/8k over the 128-key row): two row indices of consumer warpgroup 0 stored at
+# entry and reloaded between the loops and in the epilogue. Bytes of spill stores allowed.
+KNOWN_SPILL = {(128, True, None): 16}
+
+
 def test_no_spills(report):
-    assert report["stack"] == 0
-    assert report["spill_stores"] == 0 and report["spill_loads"] == 0
-    assert report["ptx_counts"]["ld.local"] == 0 and report["ptx_counts"]["st.local"] == 0
+    allowed = KNOWN_SPILL.get((report["head_dim"], report["causal"], report["variant"]), 0)
+    assert report["spill_stores"] <= allowed, report["spill_stores"]
+    assert report["stack"] <= allowed
+    if allowed == 0:
+        assert report["spill_loads"] == 0
+        assert report["ptx_counts"]["ld.local"] == 0 and report["ptx_counts"]["st.local"] == 0
+    # never any spill traffic inside a loop (a key-block loop, the producer's ring loop)
+    assert report["local_in_loops"] == 0, report["local_in_loops"]
 
 
 def test_shared_memory_fits(report):
@@ -247,12 +260,14 @@ def test_variants_table():
         (128, False, 128): row[128],
         (128, True, 128): replace(row[128], **F.VARIANTS["serial"][0]),
         (128, False, 256): replace(row[128], **n256),
+        (128, True, 256): replace(row[128], **F.VARIANTS["n256c"][0]),   # device run 23
         (256, False, 128): row[256], (256, True, 128): row[256],
     }
     assert F.CONFIGS == expected
     assert [F.preferred_block(d, c) for d in (64, 128, 256) for c in (False, True)] == \
-        [256, 256, 256, 128, 128, 128]
-    assert F.kernel_block(128, True, 256) == 128 and F.kernel_block(128, False, 1024) == 256
+        [256, 256, 256, 256, 128, 128]
+    assert F.kernel_block(128, True, 256) == 256 and F.kernel_block(128, True, 128) == 128
+    assert F.kernel_block(128, False, 1024) == 256 and F.kernel_block(256, True, 256) == 128
     assert F.kernel_block(64, False, 64) is None
 
 
@@ -471,12 +486,24 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     args = dict(zip(positional, seen["args"]))
     assert seen["kwargs"]["BLOCK_N"] == 256 and seen["kwargs"]["OVERLAP"] is False
     assert args["kv_nblk"] == 2 and args["v_desc"].block_shape == [1, 128, 1, 64]
-    # ... and causal at hdim 128 the 128-key tile, each 256-row scale repeated per tile
+    # ... and causal too, with the mask alone (causal_mask_only: kernel CAUSAL == 2)
     F.forward(qq, k256, v256, True, 0.1)
     args = dict(zip(positional, seen["args"]))
+    assert seen["kwargs"]["BLOCK_N"] == 256 and seen["kwargs"]["CAUSAL"] == 2
+    assert args["kv_nblk"] == 2
+    # hdim 256 (128-key tiles only) with 256-row blocks: each scale repeated per tile
+    q3 = torch.randn(1, 200, 2, 256, generator=g).to(torch.bfloat16)
+    k3 = torch.randn(1, 260, 2, 256, generator=g).to(torch.bfloat16)
+    k3q = quantize_fp8(k3, role="k", rotate=True, block_size=256)
+    v3q = quantize_fp8(k3, role="v", block_size=256)
+    F.forward(quantize_fp8(q3, role="q", rotate=True), k3q, v3q, True, 0.1)
+    args = dict(zip(positional, seen["args"]))
     assert seen["kwargs"]["BLOCK_N"] == 128 and args["kv_nblk"] == 3
-    assert torch.equal(args["ks_ptr"], k256.scales.repeat_interleave(2, dim=-1)[..., :3])
-    assert torch.equal(args["vs_ptr"], v256.scales.repeat_interleave(2, dim=-1)[..., :3])
+    assert torch.equal(args["ks_ptr"], k3q.scales.repeat_interleave(2, dim=-1)[..., :3])
+    assert torch.equal(args["vs_ptr"], v3q.scales.repeat_interleave(2, dim=-1)[..., :3])
+    # ... and 128-row blocks the 128-key causal row (its own bounds test: CAUSAL True)
+    F.forward(qq, kq, vq, True, 0.1)
+    assert seen["kwargs"]["BLOCK_N"] == 128 and seen["kwargs"]["CAUSAL"] is True
 
 
 def test_lpt_section_heads():

@@ -165,7 +165,8 @@ class Fp8FwdConfig:
 # producer's transpose spills. hdim 256 with overlap spills ~130 registers per thread in each
 # consumer (O 128 + S 64 + P 16 + state > 232), so hdim 256 runs without overlap (0 spills); a
 # 256-key tile there would need S 128 + O 128 registers: not offered. 256-key tiles run block by
-# block (S alone is 128 registers); hdim 128 causal with them spills 112 B: not offered.
+# block (S alone is 128 registers); hdim 128 causal with them spills 112 B with the bounds test
+# in the mask, 16 B without it (causal_mask_only, the shipped row; outside the key loops).
 # Shared memory: see shared_memory_bytes (hdim 64: 72.5 / 136.5 KB, 128: 112.4 / 208.4 KB,
 # 256: 224.4 KB, for 128- / 256-key tiles).
 _ROW64 = Fp8FwdConfig(num_stages=3, v_stages=2, pack_p=True, softmax_fma=True, pingpong=True,
@@ -207,6 +208,12 @@ CONFIGS = {
     # 256-key tiles block by block (variant n256), device run 18: s=2048/8192 non-causal 731/876
     # vs 600/707 (+22/+24%; FA3-FP8 842/929 in that process)
     (128, False, 256): replace(_ROW128, block_n=256, **_BLOCKWISE),
+    # 256-key tiles block by block with the causal mask alone (variant n256c: no bounds test, which
+    # the bottom-right mask implies), device run 23: s=2048/8192 501/772 vs 489/678 (+2.5/+13.9%;
+    # FA3-FP8 692/876 in that process). Spills 16 B: two row indices of consumer warpgroup 0
+    # stored at entry and reloaded before the masked loop and the epilogue (none inside a loop;
+    # every form tried without it spilled more, fp8_log.md session 7)
+    (128, True, 256): replace(_ROW128, block_n=256, causal_mask_only=True, **_BLOCKWISE),
     # block by block with FFMA softmax and pingpong (variant fma_pp), device run 7:
     # s=2048/8192 non-causal 851/962 vs 813/922, causal 643/863 vs 620/849 (+2..5%).
     # Then the V transpose through ldmatrix.trans (variant ldsm), device run 15: s=2048/8192
@@ -295,9 +302,10 @@ VARIANTS = {
     "serial": ({"overlap": False, "pack_p": False, "unpack_prmt": False}, ()),
     # end of session 6 (fp8_log.md): 256-key tiles at hdim 128 causal with the mask alone (no
     # implied bounds test): 16 B spill (two row indices of consumer warpgroup 0, reloaded once
-    # per tile between the loops) instead of 112 B; to be checked and timed (causal cells)
+    # per tile between the loops) instead of 112 B. Device run 23: causal +2.5/+13.9% at 2k/8k
+    # (the table's (128, True, 256) since)
     "n256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
-               "causal_mask_only": True}, (128,)),
+               "causal_mask_only": True}, ()),
 }
 
 
