@@ -3,7 +3,7 @@
     ncu --profile-from-start off ... python3 scripts/ncu_target.py IMPL D CAUSAL SEQLEN
 
 IMPL: hopper (the shipped row), hopper:VARIANT (hopper_fwd.VARIANTS), fa3, cudnn, hopper-fp8
-(the FP8 kernel on quantize_fp8's tensors, rotated q/k), fa3-fp8 (FA3 on e4m3 casts). The shape is
+(the FP8 kernel on quantize_fp8's tensors, rotated q/k; hopper-fp8:VARIANT a candidate), fa3-fp8 (FA3 on e4m3 casts). The shape is
 the bench's: batch 16384 // seqlen, heads 2048 // head_dim, bf16. Two warm-up calls, then the
 third between cudaProfilerStart and cudaProfilerStop (so ncu sees only its kernels).
 """
@@ -24,7 +24,7 @@ def main():
     torch.manual_seed(0)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     scale = d ** -0.5
-    if impl == "hopper-fp8":
+    if impl.startswith("hopper-fp8"):
         import fusedattn
         from fusedattn.kernels import hopper_fp8_fwd
         qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
@@ -32,7 +32,11 @@ def main():
         kvb = kv_block_for(d, causal)
         kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb)
         vq = fusedattn.quantize_fp8(v, role="v", block_size=kvb)
-        fn = lambda: hopper_fp8_fwd.forward(qq, kq, vq, causal, scale)  # noqa: E731
+        cfg = None
+        if ":" in impl:   # hopper-fp8:VARIANT (hopper_fp8_fwd.VARIANTS, on the 128-key row)
+            cfg = hopper_fp8_fwd.variant_config(impl.split(":", 1)[1], d, causal)
+            kq, vq = kq.reblocked(cfg.block_n), vq.reblocked(cfg.block_n)
+        fn = lambda: hopper_fp8_fwd.forward(qq, kq, vq, causal, scale, config=cfg)  # noqa: E731
     elif impl == "fa3-fp8":
         fa3 = import_fa3()
         q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))

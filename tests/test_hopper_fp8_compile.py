@@ -575,3 +575,18 @@ def test_hdim256_overlap_is_serialised_by_register_shortage():
     assert r["wgmma_serialized"] == ["C7512"], r["wgmma_serialized"]
     assert r["spill_stores"] > 0
     assert 2 * r["sass_counts"]["GMMA_WAITED"] > r["sass_counts"]["GMMA"]
+
+
+def test_timing_diagnostic_is_refused_without_its_flag():
+    """diag_no_transpose computes wrong results (the producer skips the V transpose; a timing
+    diagnostic, scripts/fp8_diag_time.py): forward() refuses it unless asked explicitly, before
+    any launch."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 130, 2, 128, generator=g).to(torch.bfloat16)
+    qq = quantize_fp8(x, role="q", rotate=True)
+    kq = quantize_fp8(x, role="k", rotate=True)
+    vq = quantize_fp8(x, role="v")
+    cfg = replace(F.get_config(128, False, 128), diag_no_transpose=True)
+    with pytest.raises(ValueError, match="diag_no_transpose"):
+        F.forward(qq, kq, vq, False, 0.1, config=cfg)
+    assert not any(c.diag_no_transpose for c in F.CONFIGS.values())

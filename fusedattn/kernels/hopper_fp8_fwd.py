@@ -151,6 +151,9 @@ class Fp8FwdConfig:
     # --- session-6 candidate (fp8_log.md, end of session 6), off until measured on a GPU ---
     causal_mask_only: bool = False  # causal: the mask without the implied key < seqlen_k test
                                     # (kernel CAUSAL == 2; the same stored results)
+    # --- timing diagnostic (session 7), WRONG RESULTS: forward() runs it only with _diagnostic ---
+    diag_no_transpose: bool = False  # the producer skips the V transpose (V^T left stale): how
+                                     # much of the time the transpose's issue slots cost
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -281,6 +284,14 @@ VARIANTS = {
     # Device run 15: no better than ldsm alone (+2.6/+4.0% non-causal, -3.9/+2.1% causal)
     "ov256": ({"overlap": True, "pack_p": True, "unpack_prmt": True, "ldsm_transpose": True,
                "producer_regs": 24}, ()),
+    # session 7: run 24's profile (hdim 256, 8k, the row beside FA3-FP8) put the gap in the
+    # consumers' waits for their own products (4 wgmma waits per block: 21.7k stall samples
+    # against FA3's 6.1k); ov256 timed again beside the row, and without pingpong. Device run
+    # 25: ov256 +0.1/+0.2% non-causal 2k/8k, -5.6/-2.0% causal; ov256_nopp -1.2/-0.4%,
+    # -6.0/-4.0%. Its profile: the waits for the products fall to FA3's level (barrier stalls
+    # 27k -> 11k) but the cycles do not move (1.77M vs the row's 1.78M; FA3 1.48M): not adopted
+    "ov256_nopp": ({"overlap": True, "pack_p": True, "unpack_prmt": True, "ldsm_transpose": True,
+                    "producer_regs": 24, "pingpong": False}, ()),
     # session 5, after run 15: deeper rings (0 spills; hdim 128 with 3 K / V^T stages spills
     # 4-6 B, not offered; v_stages 3 spills 2 B at hdim 128 causal). Device run 17: s4 +2.1/+1.9%
     # non-causal, -0.6/0.0% causal (noise level); v3 -0.5..-2.5%. Not adopted.
@@ -564,14 +575,15 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         s = g % NUM_STAGES
         mbarrier.wait(vs_ready.index(vs), (g // V_STAGES) & 1)
         mbarrier.wait(vt_empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
-        for kc in gl.static_range(NKC):
-            vt = vt_smem.index(s * NKC + kc)
-            for c in gl.static_range(NCH):
-                src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
-                if LDSM_T:
-                    _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0))
-                else:
-                    _transpose_v(src, vt.slice(c * 64, 64, dim=0))
+        if LDSM_T != 2:   # 2: the timing diagnostic diag_no_transpose (no transpose at all)
+            for kc in gl.static_range(NKC):
+                vt = vt_smem.index(s * NKC + kc)
+                for c in gl.static_range(NCH):
+                    src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
+                    if LDSM_T:
+                        _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0))
+                    else:
+                        _transpose_v(src, vt.slice(c * 64, 64, dim=0))
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
         mbarrier.arrive(vt_ready.index(s), count=1)
@@ -1273,7 +1285,7 @@ def lpt_section_heads(n_bh: int, kv_group: int, seqlen_k: int, head_dim: int,
 def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             config: Fp8FwdConfig | None = None, out_dtype: torch.dtype = torch.bfloat16,
             _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
-            _warmup: bool = False):
+            _warmup: bool = False, _diagnostic: bool = False):
     """FP8 attention forward: (out, lse) as fusedattn.fp8_reference.fp8_attention_forward.
 
     qq, kq, vq: QuantizedTensors (roles "q", "k", "v"; q and k both rotated with one seed or both
@@ -1295,6 +1307,9 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {head_dim}")
     cfg = config or get_config(head_dim, causal, kq.block_size)
+    if cfg.diag_no_transpose and not (_diagnostic or _warmup):
+        raise ValueError("diag_no_transpose is a timing diagnostic that computes wrong results; "
+                         "forward() runs it only with _diagnostic=True")
     if cfg.block_m != 128 or cfg.block_n not in (128, 256):
         raise ValueError("the kernel's tiles are BLOCK_M = 128 and BLOCK_N = 128 or 256 (the "
                          "transpose and the key permutation work on 128-key chunks)")
@@ -1376,7 +1391,8 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma,
                 PACK_P=(2 if cfg.pack_p and cfg.unpack_prmt else cfg.pack_p),
-                PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent, LDSM_T=cfg.ldsm_transpose,
+                PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent,
+                LDSM_T=2 if cfg.diag_no_transpose else cfg.ldsm_transpose,
                 LPT=bool(cfg.lpt_order and causal and not cfg.persistent))
 
 
