@@ -93,13 +93,18 @@ def _gmma_waits(sass: str) -> dict:
     return {"GMMA": total, "GMMA_WAITED": waited}
 
 
+def sass_instructions(sass: str) -> list[tuple[int, str]]:
+    """(address, instruction text) of each SASS instruction in a cuobjdump listing."""
+    return [(int(m.group(1), 16), m.group(2)) for m in
+            re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+
+
 def local_memory_in_loops(sass: str) -> int:
     """Local-memory accesses (LDL / STL: spill traffic) inside a loop of the kernel's code: a
     range from a backward branch's target to the branch. The retry branches of the mbarrier
     waits, placed after the last EXIT, are left out (they span the code between a wait and the
     end without being loops). 0 means every spill costs once per tile, not once per key block."""
-    ins = [(int(m.group(1), 16), m.group(2)) for m in
-           re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    ins = sass_instructions(sass)
     exits = [a for a, t in ins if re.search(r"\bEXIT\b", t)]
     last_exit = max(exits) if exits else None
     loops = []

@@ -60,8 +60,7 @@ def steady_loop_prmt(sass):
     # PRMT count of the overlapped loop's body: the shortest backward branch whose body holds
     # both GEMMs (QGMMA), the conversion of P (F2FP) and no epilogue (STG, EXIT); the retry
     # branches of the mbarrier waits, placed at the end of the code, span the epilogue
-    ins = [(int(m.group(1), 16), m.group(2)) for m in
-           re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    ins = fi.sass_instructions(sass)
     addr = {a: i for i, (a, _) in enumerate(ins)}
     best = None
     for i, (a, t) in enumerate(ins):

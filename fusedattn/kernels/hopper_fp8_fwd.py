@@ -334,13 +334,10 @@ def get_config(head_dim: int, causal: bool = False, kv_block: int | None = None,
                **overrides) -> Fp8FwdConfig:
     """The table's configuration for (head_dim, causal) and k/v quantised with kv_block rows per
     scale (default: preferred_block), plus overrides."""
-    if kv_block is None:
-        bn = preferred_block(head_dim, causal)
-    else:
-        err = kv_block_error(head_dim, causal, kv_block)
-        if err:
-            raise ValueError(err)
-        bn = kernel_block(head_dim, causal, kv_block)
+    bn = (preferred_block(head_dim, causal) if kv_block is None
+          else kernel_block(head_dim, causal, kv_block))
+    if bn is None:
+        raise ValueError(kv_block_error(head_dim, causal, kv_block))
     cfg = CONFIGS[(head_dim, bool(causal), bn)]
     if overrides:
         cfg = replace(cfg, **overrides)
