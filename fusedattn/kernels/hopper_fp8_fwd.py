@@ -154,6 +154,12 @@ class Fp8FwdConfig:
     # --- timing diagnostic (session 7), WRONG RESULTS: forward() runs it only with _diagnostic ---
     diag_no_transpose: bool = False  # the producer skips the V transpose (V^T left stale): how
                                      # much of the time the transpose's issue slots cost
+    # --- session-8 candidate (fp8_log.md, session 8), off until measured on a GPU ---
+    split_producer: bool = False  # the producer split in two: a one-warp loader issuing every
+                                  # TMA copy and a two-warp transposer (ldsm_transpose only),
+                                  # sharing one warpgroup (producer_regs each); Triton's membar
+                                  # pass then puts no barrier around the copies (one warp) and
+                                  # the transposer's warps issue no copy code
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -317,6 +323,21 @@ VARIANTS = {
     # (the table's (128, True, 256) since)
     "n256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                "causal_mask_only": True}, ()),
+    # session 8 (fp8_log.md): the split producer (a one-warp loader, a two-warp transposer) on
+    # the hdim 256 row: 384 threads as before; the transposer needs 48 registers (40 spills), so
+    # consumer warpgroup 1 gets 232 and warpgroup 0 224 (0 spills; the causal form spills 24 B
+    # with the bounds test in the mask, 0 with the mask alone, hence causal_mask_only). A fourth
+    # warpgroup (four transposer warps) is not possible: at 512 threads ptxas caps every region
+    # at 128 registers and the m64n256k32 P V wgmma needs 158 (C7602)
+    "split": ({"split_producer": True, "producer_regs": 48, "consumer_regs": 232,
+               "causal_mask_only": True}, (256,)),
+    # the control for split's causal cells: the hdim 256 row with the mask alone
+    "cmo": ({"causal_mask_only": True}, (256,)),
+    # the split producer on hdim 128's 256-key rows (n256 / n256c); causal spills 16 B outside the
+    # loops, as the row does
+    "split_n256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                    "causal_mask_only": True, "split_producer": True, "producer_regs": 48,
+                    "consumer_regs": 232}, (128,)),
 }
 
 
@@ -497,7 +518,10 @@ def _transpose_v_ldsm(src, dst):
     columns 2p and 2p + 1; the reshapes / permutes / splits / joins only relabel registers
     (checked: no shared-memory round trip in the PTX), and the words are stored as 32-bit
     elements (stmatrix). The index algebra was checked against numpy (fp8_log.md)."""
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4],
+    # the partition's warps share the 32 pairs (4 in the producer warpgroup, 2 in the split
+    # producer's transposer); the index algebra below does not depend on it
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0],
+                                                   warps_per_cta=[1, gl.num_warps()],
                                                    instr_shape=[16, 8])
     opl: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
     l16: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2)
@@ -585,6 +609,58 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
         mbarrier.arrive(vt_ready.index(s), count=1)
 
+
+
+# The split producer (switch split_producer): in the producer warpgroup above, Triton 3.6's
+# membar pass (which has no exception for TMA copies or mbarrier operations) puts a barrier of
+# the four warps before every copy, expect and wait that touches an allocation with a pending
+# access: about 11 per key block at hdim 256, around copy code (elect, predicate, descriptor
+# address) that all four warps run. Here one warp issues the copies (no barrier in a one-warp
+# partition) and two warps transpose; they share one warpgroup and its register count.
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, q_bar, k_ready, k_empty, vs_ready,
+            vs_empty, b, h, kvh, m_start, n_blocks,
+            BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+            V_STAGES: gl.constexpr):
+    # Q, then per key block V_j (once the transposer has released its staging slot: vs_empty) and
+    # K_j (once both consumer warpgroups have released its stage: k_empty); fresh barriers pass
+    NCH: gl.constexpr = HEAD_DIM // 64
+    NKC: gl.constexpr = BLOCK_N // 128
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+    for j in range(n_blocks):
+        vs = j % V_STAGES
+        mbarrier.wait(vs_empty.index(vs), ((j // V_STAGES) & 1) ^ 1)
+        _load_v(v_desc, vs_smem, vs_ready.index(vs), b, kvh, j * BLOCK_N, vs, NCH, NKC)
+        s = j % NUM_STAGES
+        mbarrier.wait(k_empty.index(s), ((j // NUM_STAGES) & 1) ^ 1)
+        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, kvh, 0], k_ready.index(s),
+                                        k_smem.index(s))
+
+
+@gluon.jit
+def _transposer(vs_smem, vt_smem, vs_ready, vs_empty, vt_ready, vt_empty, n_blocks,
+                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                V_STAGES: gl.constexpr):
+    # V_j: staging slot j % V_STAGES -> V^T stage j % NUM_STAGES (_transpose_v_ldsm on this
+    # partition's warps), then V^T_j published to the consumers and the staging slot released
+    NCH: gl.constexpr = HEAD_DIM // 64
+    NKC: gl.constexpr = BLOCK_N // 128
+    for j in range(n_blocks):
+        vs = j % V_STAGES
+        s = j % NUM_STAGES
+        mbarrier.wait(vs_ready.index(vs), (j // V_STAGES) & 1)
+        mbarrier.wait(vt_empty.index(s), ((j // NUM_STAGES) & 1) ^ 1)
+        for kc in gl.static_range(NKC):
+            vt = vt_smem.index(s * NKC + kc)
+            for c in gl.static_range(NCH):
+                src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
+                _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0))
+        fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
+        gl.thread_barrier()    # both warps have stored, fenced and read the staging slot
+        mbarrier.arrive(vt_ready.index(s), count=1)
+        mbarrier.arrive(vs_empty.index(vs), count=1)
 
 # Pingpong (switch pingpong; FA3 turns them on for FP8 at hdim >= 128): the two consumer warpgroups
 # take turns issuing their GEMM pairs (QK^T_j + P V_{j-1}), so that one's softmax runs while the
@@ -1115,7 +1191,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         PREFETCH: gl.constexpr = False, SOFTMAX_FMA: gl.constexpr = False,
                         PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
                         PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False,
-                        LPT: gl.constexpr = False):
+                        LPT: gl.constexpr = False, SPLIT: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
                                                      LPT)
@@ -1170,6 +1246,32 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
         return
 
+    if SPLIT:
+        # loader (1 warp) and transposer (2 warps) in the third warpgroup (see _loader); the
+        # consumer entries are those of the call below (Gluon takes the list literally)
+        vs_empty = gl.allocate_shared_memory(gl.int64, [V_STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(V_STAGES):
+            mbarrier.init(vs_empty.index(i), count=1)   # the transposer, after its barrier
+        gl.warp_specialize([
+            (_consumer_wg0, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+                             out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                             heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                             q_nblk, kv_nblk,
+                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
+                             SOFTMAX_FMA, PACK_P, PINGPONG, LPT)),
+            (_consumer_wg1, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
+                             out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                             heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                             q_nblk, kv_nblk,
+                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
+                             SOFTMAX_FMA, PACK_P, PINGPONG, LPT)),
+            (_transposer, (vs_smem, vt_smem, vs_ready, vs_empty, vt_ready, vt_empty, n_blocks,
+                           BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, q_bar, k_ready, k_empty,
+                       vs_ready, vs_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM,
+                       NUM_STAGES, V_STAGES)),
+        ], [4, 2, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
+        return
     gl.warp_specialize([
         (_consumer_wg0, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                          out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
@@ -1382,6 +1484,10 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
 
 
 def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
+    if cfg.split_producer and (cfg.persistent or not cfg.ldsm_transpose or cfg.diag_no_transpose):
+        raise ValueError("split_producer needs ldsm_transpose=True, persistent=False and "
+                         "diag_no_transpose=False (its transposer is the ldmatrix one, on two "
+                         "warps; the persistent loop keeps the one-warpgroup producer)")
     causal_cx = 2 if causal and cfg.causal_mask_only else bool(causal)   # 2: causal_mask_only
     return dict(CAUSAL=causal_cx, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
@@ -1390,7 +1496,8 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 PACK_P=(2 if cfg.pack_p and cfg.unpack_prmt else cfg.pack_p),
                 PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent,
                 LDSM_T=2 if cfg.diag_no_transpose else cfg.ldsm_transpose,
-                LPT=bool(cfg.lpt_order and causal and not cfg.persistent))
+                LPT=bool(cfg.lpt_order and causal and not cfg.persistent),
+                SPLIT=cfg.split_producer)
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
