@@ -554,6 +554,21 @@ def _load_v(v_desc, vs_smem, bar, b, kvh, n0, slot, NCH: gl.constexpr, NKC: gl.c
 
 
 @gluon.jit
+def _transpose_block(vs_smem, vt_smem, vs, s, NKC: gl.constexpr, NCH: gl.constexpr,
+                     LDSM_T: gl.constexpr):
+    """One key block's V: staging slot vs (NKC x NCH boxes of 128 keys x 64 columns) -> V^T
+    stage s (NKC tiles of HEAD_DIM x 128 keys), 64 columns at a time, by this partition's warps."""
+    for kc in gl.static_range(NKC):
+        vt = vt_smem.index(s * NKC + kc)
+        for c in gl.static_range(NCH):
+            src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
+            if LDSM_T:
+                _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0))
+            else:
+                _transpose_v(src, vt.slice(c * 64, 64, dim=0))
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
               q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
               b, h, kvh, m_start, n_blocks,
@@ -602,14 +617,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         mbarrier.wait(vs_ready.index(vs), (g // V_STAGES) & 1)
         mbarrier.wait(vt_empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
         if LDSM_T != 2:   # 2: the timing diagnostic diag_no_transpose (no transpose at all)
-            for kc in gl.static_range(NKC):
-                vt = vt_smem.index(s * NKC + kc)
-                for c in gl.static_range(NCH):
-                    src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
-                    if LDSM_T:
-                        _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0))
-                    else:
-                        _transpose_v(src, vt.slice(c * 64, 64, dim=0))
+            _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T)
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
         mbarrier.arrive(vt_ready.index(s), count=1)
@@ -657,11 +665,7 @@ def _transposer(vs_smem, vt_smem, vs_ready, vs_empty, vt_ready, vt_empty, n_bloc
         s = j % NUM_STAGES
         mbarrier.wait(vs_ready.index(vs), (j // V_STAGES) & 1)
         mbarrier.wait(vt_empty.index(s), ((j // NUM_STAGES) & 1) ^ 1)
-        for kc in gl.static_range(NKC):
-            vt = vt_smem.index(s * NKC + kc)
-            for c in gl.static_range(NCH):
-                src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
-                _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0))
+        _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, True)
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # both warps have stored, fenced and read the staging slot
         mbarrier.arrive(vt_ready.index(s), count=1)
