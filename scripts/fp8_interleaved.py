@@ -9,7 +9,7 @@ each implementation's median over the rounds, and its ratio to the row; and the 
 once alone after 2 s idle, before the warm-up (the first-measured figure). The SM clock and power
 are sampled by nvidia-smi in the background (clocks.csv beside the output).
 
-    python3 scripts/fp8_interleaved.py OUT_DIR [VARIANT ...]
+    [FP8_CELLS="d,causal,seqlen;..."] python3 scripts/fp8_interleaved.py OUT_DIR [VARIANT ...]
 """
 import json
 import os
@@ -29,6 +29,9 @@ from fusedattn.kernels import hopper_fp8_fwd as F  # noqa: E402
 ROUNDS, WARM_S, REP_MS = 5, 1.0, 40
 CELLS = ((256, False, 2048), (256, False, 8192), (256, True, 8192), (128, False, 8192),
          (128, True, 2048), (128, True, 8192))
+if os.environ.get("FP8_CELLS"):   # e.g. "128,0,2048;64,1,8192"
+    CELLS = tuple((int(d), bool(int(c)), int(s)) for d, c, s in
+                  (x.split(",") for x in os.environ["FP8_CELLS"].split(";")))
 
 
 def main():

@@ -343,6 +343,15 @@ VARIANTS = {
     "split_n256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                     "causal_mask_only": True, "split_producer": True, "producer_regs": 48,
                     "consumer_regs": 232}, ()),
+    # session 8: the persistent tile loop on the 256-key rows (block by block; 0 spills at hdim
+    # 64 and 128 with the mask alone; hdim 256's 128-key row spills 72 B in its loops with it).
+    # Runs 26/31 put a per-tile cost of ~1.8 key blocks (hdim 128) on our kernel against ~0.8 for
+    # FA3 (fit of TFLOP/s over seqlen 2k-16k at a fixed number of tiles): a program that loads
+    # the next tile's Q / K / V under the current tile's last blocks and epilogue hides part of
+    # it. Static order (tile pid, pid + grid, ...): causal tiles are not balanced as the one-tile
+    # grid's hardware dispatch balances them
+    "pn256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+               "causal_mask_only": True, "persistent": True}, (64, 128)),
 }
 
 
@@ -1421,9 +1430,9 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     if cfg.block_m != 128 or cfg.block_n not in (128, 256):
         raise ValueError("the kernel's tiles are BLOCK_M = 128 and BLOCK_N = 128 or 256 (the "
                          "transpose and the key permutation work on 128-key chunks)")
-    if cfg.block_n == 256 and (cfg.overlap or cfg.persistent):
-        raise ValueError("BLOCK_N = 256 runs block by block (overlap=False, persistent=False): the "
-                         "overlapped loop would hold two 256-key score tiles")
+    if cfg.block_n == 256 and cfg.overlap:
+        raise ValueError("BLOCK_N = 256 runs block by block (overlap=False): the overlapped loop "
+                         "would hold two 256-key score tiles")
     if cfg.v_stages < 2:
         raise ValueError("v_stages must be >= 2 (V_{j+1} is loaded while V_j is transposed)")
     err = _block_size_error(kq, vq, cfg)
