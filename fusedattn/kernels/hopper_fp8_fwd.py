@@ -154,6 +154,9 @@ class Fp8FwdConfig:
     # --- timing diagnostic (session 7), WRONG RESULTS: forward() runs it only with _diagnostic ---
     diag_no_transpose: bool = False  # the producer skips the V transpose (V^T left stale): how
                                      # much of the time the transpose's issue slots cost
+    # --- timing diagnostic (session 8), lse OVERWRITTEN: forward() runs it only with _diagnostic ---
+    diag_stamps: bool = False  # SM clock stamps of each tile's phases written over the first 16
+                               # lse entries of its rows (scripts/fp8_tile_phases.py reads them)
     # --- session-8 candidate (fp8_log.md, session 8): measured, no gain (device run 30) ---
     split_producer: bool = False  # the producer split in two: a one-warp loader issuing every
                                   # TMA copy and a two-warp transposer (ldsm_transpose only),
@@ -566,6 +569,23 @@ def _load_v(v_desc, vs_smem, bar, b, kvh, n0, slot, NCH: gl.constexpr, NKC: gl.c
                                             vs_smem.index((slot * NKC + kc) * NCH + c))
 
 
+_CLOCK = gl.constexpr("mov.u64 $0, %clock64;")
+_GTIMER = gl.constexpr("mov.u64 $0, %globaltimer;")
+_SMID = gl.constexpr("{\n.reg .b32 t;\nmov.u32 t, %smid;\ncvt.u64.u32 $0, t;\n}")
+
+
+@gluon.jit
+def _stamp(lse_ptr, base, SLOT: gl.constexpr, ASM: gl.constexpr):
+    """diag_stamps: thread 0 of the partition writes a special register (ASM: _CLOCK, the SM's
+    cycle counter, _GTIMER or _SMID) as int64 slot SLOT over the tile's first lse entries (base:
+    the tile's first lse index; 8-byte aligned when seqlen_q is even)."""
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    offs = gl.arange(0, 32 * gl.num_warps(), layout=lay)
+    v = gl.inline_asm_elementwise(ASM, "=l,r", [offs], dtype=gl.int64, is_pure=False, pack=1)
+    p = (lse_ptr + base).to(gl.pointer_type(gl.int64), bitcast=True)
+    gl.store(p + SLOT + offs * 0, v, mask=offs == 0)
+
+
 @gluon.jit
 def _transpose_block(vs_smem, vt_smem, vs, s, NKC: gl.constexpr, NCH: gl.constexpr,
                      LDSM_T: gl.constexpr):
@@ -587,11 +607,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
               b, h, kvh, m_start, n_blocks,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
               V_STAGES: gl.constexpr, kv_base=0, PERSISTENT: gl.constexpr = False,
-              LDSM_T: gl.constexpr = False):
+              LDSM_T: gl.constexpr = False, lse_ptr=None, stamp_base=0,
+              STAMPS: gl.constexpr = False):
     # kv_base (PERSISTENT): blocks loaded by this program's earlier tiles; the rings' slots and
     # phases run on across tiles (0 for the one-tile grid: the same code as before)
     NCH: gl.constexpr = HEAD_DIM // 64
     NKC: gl.constexpr = BLOCK_N // 128    # 128-key chunks per key block (V boxes, V^T tiles)
+    if STAMPS:
+        _stamp(lse_ptr, stamp_base, 4, _CLOCK)
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
     if n_blocks > 0:
@@ -634,6 +657,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
         mbarrier.arrive(vt_ready.index(s), count=1)
+        if STAMPS:
+            if j == 0:
+                _stamp(lse_ptr, stamp_base, 5, _CLOCK)
 
 
 
@@ -899,7 +925,7 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               OVERLAP: gl.constexpr, PREFETCH: gl.constexpr = False, FMA: gl.constexpr = False,
               PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
               tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False,
-              LPT: gl.constexpr = False):
+              LPT: gl.constexpr = False, STAMPS: gl.constexpr = False):
     """One tile of one consumer warpgroup. PERSISTENT: the tile `tile`, with the K / V^T rings at
     kv_base and Q's phase q_phase; Q is released (q_empty) after the tile's last QK^T, and the
     pingpong turns run on from the previous tile (the caller opened the first one)."""
@@ -914,6 +940,11 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
                                                          num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
                                                          LPT)
     causal_off = seqlen_k - seqlen_q
+    stamp_base = (b * heads + h) * seqlen_q + m_start    # diag_stamps (warpgroup 0 only)
+    if STAMPS:
+        _stamp(lse_ptr, stamp_base, 0, _CLOCK)
+        _stamp(lse_ptr, stamp_base, 6, _SMID)
+        _stamp(lse_ptr, stamp_base, 7, _GTIMER)
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 32])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -936,6 +967,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     v_unit = 1.0   # acc holds O / v_unit (v_unit = v_scale of the last block added)
 
     mbarrier.wait(q_bar, q_phase)
+    if STAMPS:
+        _stamp(lse_ptr, stamp_base, 1, _CLOCK)
 
     if OVERLAP:
         # FA3 alg. 2: iteration j issues QK^T_j, rescales O while it runs, issues P_{j-1} V_{j-1},
@@ -1061,6 +1094,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
         if PERSISTENT:
             mbarrier.arrive(q_empty, count=1)          # every QK^T of this tile has completed
 
+    if STAMPS:
+        _stamp(lse_ptr, stamp_base, 2, _CLOCK)
     # epilogue: out = O * v_scale[last] / l; rows that saw no key give 0 and lse = -inf
     l_o = gl.convert_layout(l_i, row_o)
     l_safe = gl.where(l_o == 0.0, 1.0, l_o)
@@ -1075,7 +1110,11 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < HEAD_DIM, 0)
     gl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
-    gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+    if STAMPS:   # the stamps own the tile's first 16 lse entries
+        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 16))
+        _stamp(lse_ptr, stamp_base, 3, _CLOCK)
+    else:
+        gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
     return n_blocks
 
 
@@ -1087,12 +1126,12 @@ def _consumer_wg0(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                   PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                  PINGPONG: gl.constexpr, LPT: gl.constexpr = False):
+                  PINGPONG: gl.constexpr, LPT: gl.constexpr = False, STAMPS: gl.constexpr = False):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
               0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P,
-              PINGPONG, LPT=LPT)
+              PINGPONG, LPT=LPT, STAMPS=STAMPS)
 
 
 @gluon.jit
@@ -1213,7 +1252,8 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         PREFETCH: gl.constexpr = False, SOFTMAX_FMA: gl.constexpr = False,
                         PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
                         PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False,
-                        LPT: gl.constexpr = False, SPLIT: gl.constexpr = False):
+                        LPT: gl.constexpr = False, SPLIT: gl.constexpr = False,
+                        STAMPS: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
                                                      LPT)
@@ -1300,7 +1340,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk,
                          CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                         SOFTMAX_FMA, PACK_P, PINGPONG, LPT)),
+                         SOFTMAX_FMA, PACK_P, PINGPONG, LPT, STAMPS)),
         (_consumer_wg1, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                          out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
@@ -1310,7 +1350,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                      q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                      b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, 0,
-                     False, LDSM_T)),
+                     False, LDSM_T, lse_ptr, (b * heads + h) * seqlen_q + m_start, STAMPS)),
     ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -1431,6 +1471,9 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     if cfg.diag_no_transpose and not (_diagnostic or _warmup):
         raise ValueError("diag_no_transpose is a timing diagnostic that computes wrong results; "
                          "forward() runs it only with _diagnostic=True")
+    if cfg.diag_stamps and not (_diagnostic or _warmup):
+        raise ValueError("diag_stamps is a timing diagnostic that overwrites lse; forward() runs "
+                         "it only with _diagnostic=True")
     if cfg.block_m != 128 or cfg.block_n not in (128, 256):
         raise ValueError("the kernel's tiles are BLOCK_M = 128 and BLOCK_N = 128 or 256 (the "
                          "transpose and the key permutation work on 128-key chunks)")
@@ -1506,6 +1549,8 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
 
 
 def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
+    if cfg.diag_stamps and (cfg.persistent or cfg.split_producer):
+        raise ValueError("diag_stamps is for the one-tile grid with the one-warpgroup producer")
     if cfg.split_producer and (cfg.persistent or not cfg.ldsm_transpose or cfg.diag_no_transpose):
         raise ValueError("split_producer needs ldsm_transpose=True, persistent=False and "
                          "diag_no_transpose=False (its transposer is the ldmatrix one, on two "
@@ -1519,7 +1564,7 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent,
                 LDSM_T=2 if cfg.diag_no_transpose else cfg.ldsm_transpose,
                 LPT=bool(cfg.lpt_order and causal and not cfg.persistent),
-                SPLIT=cfg.split_producer)
+                SPLIT=cfg.split_producer, STAMPS=cfg.diag_stamps)
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,

@@ -1,0 +1,94 @@
+"""Where a tile's time goes in the FP8 kernel: SM clock stamps of each tile's phases
+(Fp8FwdConfig.diag_stamps; lse overwritten, so forward() runs it only with _diagnostic=True).
+
+Per tile (consumer warpgroup 0's thread 0, the producer's thread 0; cycles of the tile's SM):
+  0 consumer entry, 1 Q arrived (after its wait), 2 key loop done, 3 epilogue stores issued,
+  4 producer entry, 5 the first V^T published; 6 the SM id, 7 the global timer at entry (ns).
+Reported per cell (medians over tiles, cycles): the gap between a tile's end (stamp 3) and the
+next tile's entry on the same SM (launch and setup of the next program), the wait for Q, the loop
+per key block, the epilogue, the producer's first V^T after entry; and the per-tile fixed cost in
+key blocks: (gap + Q wait + epilogue) / (loop per block). Timed run first (do_bench), then one
+launch with the stamps; both at the bench's shapes (batch x seqlen = 16384, heads x head_dim =
+2048), seqlens multiples of 128.
+
+    python3 scripts/fp8_tile_phases.py OUT_DIR
+"""
+import json
+import os
+import statistics
+import sys
+from dataclasses import replace
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import fusedattn  # noqa: E402
+from fusedattn.fp8_api import kv_block_for  # noqa: E402
+from fusedattn.kernels import hopper_fp8_fwd as F  # noqa: E402
+
+CELLS = ((256, False, 2048), (256, False, 8192), (128, False, 2048), (128, False, 8192),
+         (128, True, 2048), (256, True, 2048))
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    recs = []
+    for d, causal, s in CELLS:
+        b, h = 16384 // s, 2048 // d
+        torch.manual_seed(s + d)
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        kvb = kv_block_for(d, causal)
+        qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
+        kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb)
+        vq = fusedattn.quantize_fp8(v, role="v", block_size=kvb)
+        cfg = replace(F.get_config(d, causal, kvb), diag_stamps=True)
+        for _ in range(30):   # warm, at the power-limited clock
+            F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
+        _, lse = F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
+        torch.cuda.synchronize()
+        st = lse.view(b, h, s)[:, :, :].reshape(b, h, s // 128, 128)[..., :16].contiguous()
+        st = st.view(torch.int64).reshape(-1, 8).cpu().tolist()    # one row of 8 per tile
+        n_tiles = len(st)
+        m_tiles = s // 128
+        bn = cfg.block_n
+        # n_blocks per tile (same order as the rows: (b, h, m))
+        nblk = []
+        for _ in range(b * h):
+            for m in range(m_tiles):
+                kv_end = min((m + 1) * 128, s) if causal else s
+                nblk.append(-(-kv_end // bn))
+        by_sm = {}
+        for i, r in enumerate(st):
+            by_sm.setdefault(r[6], []).append((r[0], i))
+        gaps = []
+        for sm, lst in by_sm.items():
+            lst.sort()
+            for (_, a), (t0, c) in zip(lst, lst[1:]):
+                gaps.append(st[c][0] - st[a][3])
+        qwait = [r[1] - r[0] for r in st]
+        loop_pb = [(r[2] - r[1]) / n for r, n in zip(st, nblk) if n > 0]
+        epi = [r[3] - r[2] for r in st]
+        firstv = [r[5] - r[4] for r in st]
+        total = [r[3] - r[0] for r in st]
+        med = statistics.median
+        rec = dict(d=d, causal=causal, seqlen=s, tiles=n_tiles, sms=len(by_sm), block_n=bn,
+                   gap=med(gaps) if gaps else None, gap_p90=sorted(gaps)[int(0.9 * len(gaps))] if gaps else None,
+                   q_wait=med(qwait), loop_per_block=med(loop_pb), epilogue=med(epi),
+                   first_vt=med(firstv), tile_total=med(total),
+                   span_ms=(max(r[7] for r in st) - min(r[7] for r in st)) / 1e6)
+        rec["fixed_in_blocks"] = ((rec["gap"] or 0) + rec["q_wait"] + rec["epilogue"]) / rec["loop_per_block"]
+        recs.append(rec)
+        print(f"d{d} causal={int(causal)} s{s} ({n_tiles} tiles on {len(by_sm)} SMs, {bn}-key blocks): "
+              f"gap {rec['gap']:.0f} (p90 {rec['gap_p90']:.0f}) | Q wait {rec['q_wait']:.0f} | "
+              f"loop {rec['loop_per_block']:.0f}/block | epilogue {rec['epilogue']:.0f} | "
+              f"producer first V^T {rec['first_vt']:.0f} | tile {rec['tile_total']:.0f} cycles | "
+              f"fixed = {rec['fixed_in_blocks']:.2f} blocks", flush=True)
+        with open(os.path.join(out_dir, f"stamps_d{d}_c{int(causal)}_s{s}.json"), "w") as f:
+            json.dump(dict(rec=rec, stamps=st, n_blocks=nblk), f)
+    with open(os.path.join(out_dir, "phases.json"), "w") as f:
+        json.dump(recs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
