@@ -11,7 +11,7 @@ key blocks: (gap + Q wait + epilogue) / (loop per block). Timed run first (do_be
 launch with the stamps; both at the bench's shapes (batch x seqlen = 16384, heads x head_dim =
 2048), seqlens multiples of 128.
 
-    python3 scripts/fp8_tile_phases.py OUT_DIR
+    [FP8_CELLS="d,causal,seqlen;..."] [FP8_PHASES_PERSISTENT=1] python3 scripts/fp8_tile_phases.py OUT_DIR
 """
 import json
 import os
@@ -28,13 +28,19 @@ from fusedattn.kernels import hopper_fp8_fwd as F  # noqa: E402
 
 CELLS = ((256, False, 2048), (256, False, 8192), (128, False, 2048), (128, False, 8192),
          (128, True, 2048), (256, True, 2048))
+if os.environ.get("FP8_CELLS"):   # e.g. "128,0,2048;256,1,2048"
+    CELLS = tuple((int(d), bool(int(c)), int(s)) for d, c, s in
+                  (x.split(",") for x in os.environ["FP8_CELLS"].split(";")))
+# FP8_PHASES_PERSISTENT=1: each cell also with the persistent tile loop (the "gap" is then the
+# time between one program's consecutive tiles)
+MODES = (False, True) if os.environ.get("FP8_PHASES_PERSISTENT") else (False,)
 
 
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
     recs = []
-    for d, causal, s in CELLS:
+    for d, causal, s, pers in ((d, c, s, p) for d, c, s in CELLS for p in MODES):
         b, h = 16384 // s, 2048 // d
         torch.manual_seed(s + d)
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -42,7 +48,7 @@ def main():
         qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
         kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb)
         vq = fusedattn.quantize_fp8(v, role="v", block_size=kvb)
-        cfg = replace(F.get_config(d, causal, kvb), diag_stamps=True)
+        cfg = replace(F.get_config(d, causal, kvb), diag_stamps=True, persistent=pers)
         for _ in range(30):   # warm, at the power-limited clock
             F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
         _, lse = F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
@@ -72,19 +78,19 @@ def main():
         firstv = [r[5] - r[4] for r in st]
         total = [r[3] - r[0] for r in st]
         med = statistics.median
-        rec = dict(d=d, causal=causal, seqlen=s, tiles=n_tiles, sms=len(by_sm), block_n=bn,
+        rec = dict(d=d, causal=causal, seqlen=s, persistent=pers, tiles=n_tiles, sms=len(by_sm), block_n=bn,
                    gap=med(gaps) if gaps else None, gap_p90=sorted(gaps)[int(0.9 * len(gaps))] if gaps else None,
                    q_wait=med(qwait), loop_per_block=med(loop_pb), epilogue=med(epi),
                    first_vt=med(firstv), tile_total=med(total),
                    span_ms=(max(r[7] for r in st) - min(r[7] for r in st)) / 1e6)
         rec["fixed_in_blocks"] = ((rec["gap"] or 0) + rec["q_wait"] + rec["epilogue"]) / rec["loop_per_block"]
         recs.append(rec)
-        print(f"d{d} causal={int(causal)} s{s} ({n_tiles} tiles on {len(by_sm)} SMs, {bn}-key blocks): "
+        print(f"d{d} causal={int(causal)} s{s}{' persistent' if pers else ''} ({n_tiles} tiles on {len(by_sm)} SMs, {bn}-key blocks): "
               f"gap {rec['gap']:.0f} (p90 {rec['gap_p90']:.0f}) | Q wait {rec['q_wait']:.0f} | "
               f"loop {rec['loop_per_block']:.0f}/block | epilogue {rec['epilogue']:.0f} | "
               f"producer first V^T {rec['first_vt']:.0f} | tile {rec['tile_total']:.0f} cycles | "
               f"fixed = {rec['fixed_in_blocks']:.2f} blocks", flush=True)
-        with open(os.path.join(out_dir, f"stamps_d{d}_c{int(causal)}_s{s}.json"), "w") as f:
+        with open(os.path.join(out_dir, f"stamps_d{d}_c{int(causal)}_s{s}_p{int(pers)}.json"), "w") as f:
             json.dump(dict(rec=rec, stamps=st, n_blocks=nblk), f)
     with open(os.path.join(out_dir, "phases.json"), "w") as f:
         json.dump(recs, f, indent=1)

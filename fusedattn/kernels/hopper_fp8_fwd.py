@@ -1159,7 +1159,7 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                          BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                          NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                          PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                         PINGPONG: gl.constexpr):
+                         PINGPONG: gl.constexpr, STAMPS: gl.constexpr = False):
     # pingpong: each tile leaves one arrival on barrier 10 (the one-tile kernel exits with it),
     # which is the opening of the next tile's first turn; so warpgroup 0 opens only once
     if PINGPONG:
@@ -1172,7 +1172,7 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                   out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                   kv_nblk, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                  FMA, PACK_P, PINGPONG, tile, c, i & 1, q_empty, True)
+                  FMA, PACK_P, PINGPONG, tile, c, i & 1, q_empty, True, STAMPS=STAMPS)
         c += n_blocks
         i += 1
 
@@ -1185,12 +1185,13 @@ def _consumer_persistent_wg0(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k
                              CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
-                             PACK_P: gl.constexpr, PINGPONG: gl.constexpr):
+                             PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
+                             STAMPS: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk, num_tiles, 0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG)
+                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, STAMPS)
 
 
 @gluon.jit
@@ -1215,7 +1216,8 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
                          seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
-                         V_STAGES: gl.constexpr, LDSM_T: gl.constexpr = False):
+                         V_STAGES: gl.constexpr, LDSM_T: gl.constexpr = False, lse_ptr=None,
+                         STAMPS: gl.constexpr = False):
     # the consumers' tile sequence; Q of the next tile once both consumer warpgroups have
     # finished the current tile's QK^T (q_empty), i.e. under their last P V and epilogue
     c = gl.program_id(0) * 0
@@ -1227,7 +1229,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
         _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                   q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                   b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, c, True,
-                  LDSM_T)
+                  LDSM_T, lse_ptr, (b * heads + h) * seqlen_q + m_start, STAMPS)
         c += n_blocks
         i += 1
 
@@ -1295,7 +1297,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                 kv_nblk, num_tiles, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG)),
+                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, STAMPS)),
             (_consumer_persistent_wg1, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
@@ -1304,7 +1306,8 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                 q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                 seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
-                CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, LDSM_T)),
+                CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, LDSM_T, lse_ptr,
+                STAMPS)),
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
         return
 
@@ -1549,8 +1552,8 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
 
 
 def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
-    if cfg.diag_stamps and (cfg.persistent or cfg.split_producer):
-        raise ValueError("diag_stamps is for the one-tile grid with the one-warpgroup producer")
+    if cfg.diag_stamps and cfg.split_producer:
+        raise ValueError("diag_stamps is for the one-warpgroup producer")
     if cfg.split_producer and (cfg.persistent or not cfg.ldsm_transpose or cfg.diag_no_transpose):
         raise ValueError("split_producer needs ldsm_transpose=True, persistent=False and "
                          "diag_no_transpose=False (its transposer is the ldmatrix one, on two "
