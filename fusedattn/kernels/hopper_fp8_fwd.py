@@ -154,6 +154,11 @@ class Fp8FwdConfig:
     # --- timing diagnostic (session 7), WRONG RESULTS: forward() runs it only with _diagnostic ---
     diag_no_transpose: bool = False  # the producer skips the V transpose (V^T left stale): how
                                      # much of the time the transpose's issue slots cost
+    # --- session-8 candidate (fp8_log.md, session 8), off until measured on a GPU ---
+    early_q: bool = False  # persistent, block by block: Q is released (q_empty) right after the
+                           # tile's last QK^T instead of after its last P V, and the producer
+                           # loads the next tile's first V / K and publishes its first V^T
+                           # before it waits for that release and loads the next Q
     # --- timing diagnostic (session 8), lse OVERWRITTEN: forward() runs it only with _diagnostic ---
     diag_stamps: bool = False  # SM clock stamps of each tile's phases written over the first 16
                                # lse entries of its rows (scripts/fp8_tile_phases.py reads them)
@@ -359,6 +364,10 @@ VARIANTS = {
     # adopted (the 8k cells lose)
     "pn256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                "causal_mask_only": True, "persistent": True}, ()),
+    # session 8, after run 35's stamps (fp8_log.md): pn256 with Q released after the tile's last
+    # QK^T (not its last P V) and the next tile's first V / K loaded before that release
+    "pq256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+               "causal_mask_only": True, "persistent": True, "early_q": True}, (64, 128)),
 }
 
 
@@ -602,21 +611,31 @@ def _transpose_block(vs_smem, vt_smem, vs, s, NKC: gl.constexpr, NCH: gl.constex
 
 
 @gluon.jit
+def _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start):
+    # early_q: Q of this tile once both consumer warpgroups released the previous tile's Q
+    mbarrier.wait(q_empty, q_phase)
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
               q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
               b, h, kvh, m_start, n_blocks,
               BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
               V_STAGES: gl.constexpr, kv_base=0, PERSISTENT: gl.constexpr = False,
               LDSM_T: gl.constexpr = False, lse_ptr=None, stamp_base=0,
-              STAMPS: gl.constexpr = False):
+              STAMPS: gl.constexpr = False, q_empty=None, q_phase=0,
+              EARLY_Q: gl.constexpr = False):
     # kv_base (PERSISTENT): blocks loaded by this program's earlier tiles; the rings' slots and
     # phases run on across tiles (0 for the one-tile grid: the same code as before)
     NCH: gl.constexpr = HEAD_DIM // 64
     NKC: gl.constexpr = BLOCK_N // 128    # 128-key chunks per key block (V boxes, V^T tiles)
     if STAMPS:
         _stamp(lse_ptr, stamp_base, 4, _CLOCK)
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+    if not EARLY_Q:
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
     if n_blocks > 0:
         if PERSISTENT:
             g0 = kv_base
@@ -660,6 +679,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         if STAMPS:
             if j == 0:
                 _stamp(lse_ptr, stamp_base, 5, _CLOCK)
+        if EARLY_Q:
+            if j == 0:   # Q after the tile's first V^T (none of this waited on the new tile)
+                _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
+    if EARLY_Q:
+        if n_blocks == 0:
+            _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
 
 
 
@@ -861,7 +886,8 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, M_WG: gl.constexpr,
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                   FMA: gl.constexpr = False, PINGPONG: gl.constexpr = False,
-                  WG: gl.constexpr = 0, kv_base=0):
+                  WG: gl.constexpr = 0, kv_base=0, q_empty=None, n_blocks=0,
+                  EARLY_Q: gl.constexpr = False):
     """Key block j without overlap: QK^T_j, softmax, O = O * alpha * v_unit / v_j + P_j V_j.
 
     PINGPONG: FA3's schedule without intra-warpgroup overlap: a turn spans P V_{j-1} (issued and
@@ -882,6 +908,9 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
         _named_bar(11 - WG, True)
     s_acc = warpgroup_mma_wait(0, deps=[s_tok])
     mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
+    if EARLY_Q:
+        if j == n_blocks - 1:
+            mbarrier.arrive(q_empty, count=1)      # the tile's last QK^T has completed
     p, alpha, m_i, l_i = _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k,
                                          causal_off, MASK, CAUSAL, BLOCK_N, s_layout, FMA)
     # O in units of v_scale[j] before P_j V_j is added (alpha = 0 at the first block)
@@ -925,7 +954,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               OVERLAP: gl.constexpr, PREFETCH: gl.constexpr = False, FMA: gl.constexpr = False,
               PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
               tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False,
-              LPT: gl.constexpr = False, STAMPS: gl.constexpr = False):
+              LPT: gl.constexpr = False, STAMPS: gl.constexpr = False,
+              EARLY_Q: gl.constexpr = False):
     """One tile of one consumer warpgroup. PERSISTENT: the tile `tile`, with the K / V^T rings at
     kv_base and Q's phase q_phase; Q is released (q_empty) after the tile's last QK^T, and the
     pingpong turns run on from the previous tile (the caller opened the first one)."""
@@ -1081,18 +1111,22 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                 False, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
-                FMA, PINGPONG, WG, kv_base)
+                FMA, PINGPONG, WG, kv_base, q_empty, n_blocks, EARLY_Q)
         for j in range(n_unmasked, n_blocks):
             acc, m_i, l_i, v_unit = _block_serial(
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                 True, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
-                FMA, PINGPONG, WG, kv_base)
+                FMA, PINGPONG, WG, kv_base, q_empty, n_blocks, EARLY_Q)
         if PINGPONG:
             if n_blocks > 0:
                 _named_bar(11 - WG, True)              # closes the turn of the last P V
         if PERSISTENT:
-            mbarrier.arrive(q_empty, count=1)          # every QK^T of this tile has completed
+            if EARLY_Q:
+                if n_blocks == 0:
+                    mbarrier.arrive(q_empty, count=1)  # no QK^T in this tile
+            else:
+                mbarrier.arrive(q_empty, count=1)      # every QK^T of this tile has completed
 
     if STAMPS:
         _stamp(lse_ptr, stamp_base, 2, _CLOCK)
@@ -1159,7 +1193,8 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                          BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                          NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                          PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                         PINGPONG: gl.constexpr, STAMPS: gl.constexpr = False):
+                         PINGPONG: gl.constexpr, STAMPS: gl.constexpr = False,
+                         EARLY_Q: gl.constexpr = False):
     # pingpong: each tile leaves one arrival on barrier 10 (the one-tile kernel exits with it),
     # which is the opening of the next tile's first turn; so warpgroup 0 opens only once
     if PINGPONG:
@@ -1172,7 +1207,8 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                   out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                   kv_nblk, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                  FMA, PACK_P, PINGPONG, tile, c, i & 1, q_empty, True, STAMPS=STAMPS)
+                  FMA, PACK_P, PINGPONG, tile, c, i & 1, q_empty, True, STAMPS=STAMPS,
+                  EARLY_Q=EARLY_Q)
         c += n_blocks
         i += 1
 
@@ -1186,12 +1222,12 @@ def _consumer_persistent_wg0(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
                              PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
-                             STAMPS: gl.constexpr = False):
+                             STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk, num_tiles, 0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, STAMPS)
+                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, STAMPS, EARLY_Q)
 
 
 @gluon.jit
@@ -1202,12 +1238,13 @@ def _consumer_persistent_wg1(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k
                              CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
-                             PACK_P: gl.constexpr, PINGPONG: gl.constexpr):
+                             PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
+                             EARLY_Q: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk, num_tiles, 1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG)
+                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, False, EARLY_Q)
 
 
 @gluon.jit
@@ -1217,7 +1254,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                          V_STAGES: gl.constexpr, LDSM_T: gl.constexpr = False, lse_ptr=None,
-                         STAMPS: gl.constexpr = False):
+                         STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False):
     # the consumers' tile sequence; Q of the next tile once both consumer warpgroups have
     # finished the current tile's QK^T (q_empty), i.e. under their last P V and epilogue
     c = gl.program_id(0) * 0
@@ -1225,11 +1262,13 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         b, h, kvh, m_start, n_blocks, _nu = _tile_of(tile, seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
-        mbarrier.wait(q_empty, (i & 1) ^ 1)
+        if not EARLY_Q:
+            mbarrier.wait(q_empty, (i & 1) ^ 1)
         _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                   q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                   b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, c, True,
-                  LDSM_T, lse_ptr, (b * heads + h) * seqlen_q + m_start, STAMPS)
+                  LDSM_T, lse_ptr, (b * heads + h) * seqlen_q + m_start, STAMPS, q_empty,
+                  (i & 1) ^ 1, EARLY_Q)
         c += n_blocks
         i += 1
 
@@ -1255,7 +1294,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
                         PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False,
                         LPT: gl.constexpr = False, SPLIT: gl.constexpr = False,
-                        STAMPS: gl.constexpr = False):
+                        STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
                                                      LPT)
@@ -1297,17 +1336,17 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                 kv_nblk, num_tiles, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, STAMPS)),
+                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, STAMPS, EARLY_Q)),
             (_consumer_persistent_wg1, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                 kv_nblk, num_tiles, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG)),
+                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, EARLY_Q)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                 q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                 seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
                 CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, LDSM_T, lse_ptr,
-                STAMPS)),
+                STAMPS, EARLY_Q)),
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
         return
 
@@ -1552,6 +1591,9 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
 
 
 def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
+    if cfg.early_q and (not cfg.persistent or cfg.overlap):
+        raise ValueError("early_q is for the persistent loop block by block (persistent=True, "
+                         "overlap=False)")
     if cfg.diag_stamps and cfg.split_producer:
         raise ValueError("diag_stamps is for the one-warpgroup producer")
     if cfg.split_producer and (cfg.persistent or not cfg.ldsm_transpose or cfg.diag_no_transpose):
@@ -1567,7 +1609,8 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent,
                 LDSM_T=2 if cfg.diag_no_transpose else cfg.ldsm_transpose,
                 LPT=bool(cfg.lpt_order and causal and not cfg.persistent),
-                SPLIT=cfg.split_producer, STAMPS=cfg.diag_stamps)
+                SPLIT=cfg.split_producer, STAMPS=cfg.diag_stamps,
+                EARLY_Q=cfg.early_q)
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
