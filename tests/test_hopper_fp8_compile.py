@@ -47,6 +47,8 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (64, False, "unser"),        # P unpacked without the predicated mov (no C7513)
     (128, False, "no_ldsm"),     # the 128-key rows without the ldsm transpose (run 15)
     (256, True, "no_ldsm"),
+    (128, True, "pq256"),        # session-8 candidate: persistent, block by block, early Q release
+    (256, False, "split"),       # session-8 candidate (not adopted): one-warp loader, 2-warp transposer
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -589,3 +591,24 @@ def test_timing_diagnostic_is_refused_without_its_flag():
     with pytest.raises(ValueError, match="diag_no_transpose"):
         F.forward(qq, kq, vq, False, 0.1, config=cfg)
     assert not any(c.diag_no_transpose for c in F.CONFIGS.values())
+    # diag_stamps overwrites lse with clock stamps (scripts/fp8_tile_phases.py): the same rule
+    cfg = replace(F.get_config(128, False, 128), diag_stamps=True)
+    with pytest.raises(ValueError, match="diag_stamps"):
+        F.forward(qq, kq, vq, False, 0.1, config=cfg)
+    assert not any(c.diag_stamps for c in F.CONFIGS.values())
+
+
+def test_candidate_switches_refuse_what_they_do_not_support():
+    """The session-8 switches name the combinations they need (checked before any launch)."""
+    row = F.get_config(128, False, 128)
+    with pytest.raises(ValueError, match="early_q"):          # needs the persistent loop
+        F._constexprs(128, False, replace(row, early_q=True, overlap=False, pack_p=False,
+                                          unpack_prmt=False))
+    with pytest.raises(ValueError, match="early_q"):          # ... block by block
+        F._constexprs(128, False, replace(row, early_q=True, persistent=True))
+    with pytest.raises(ValueError, match="split_producer"):   # the ldmatrix transposer only
+        F._constexprs(128, False, replace(row, split_producer=True, ldsm_transpose=False))
+    with pytest.raises(ValueError, match="diag_stamps"):
+        F._constexprs(128, False, replace(row, diag_stamps=True, split_producer=True))
+    cx = F._constexprs(128, True, F.variant_config("pq256", 128, True))
+    assert cx["EARLY_Q"] and cx["PERSISTENT"] and cx["BLOCK_N"] == 256 and cx["CAUSAL"] == 2
