@@ -528,15 +528,17 @@ def test_lpt_section_heads():
 
 def test_ldsm_transpose_uses_transposing_loads(reports):
     """With ldsm_transpose (the hdim 128 / 256 rows since device run 15) V is read through
-    ldmatrix.trans (HEAD_DIM // 64 x BLOCK_N // 128 chunks of four x4 loads per block), with
-    fewer byte permutes than the same 128-key row without it (variant no_ldsm), whose transpose
-    has none of those loads."""
+    ldmatrix.trans (HEAD_DIM // 64 x BLOCK_N // 128 chunks of four x4 loads per block and thread
+    of the four-warp producer; twice as many per thread in split_producer's two-warp
+    transposer), with fewer byte permutes than the same 128-key row without it (variant
+    no_ldsm), whose transpose has none of those loads."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
     compared = 0
     for (d, causal, variant), r in by.items():
         n_ld = r["ptx_counts"]["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"]
         if r["config"]["ldsm_transpose"]:
-            assert n_ld == 4 * (d // 64) * (r["config"]["block_n"] // 128), (d, n_ld)
+            per_warp = 2 if r["config"]["split_producer"] else 1
+            assert n_ld == 4 * (d // 64) * (r["config"]["block_n"] // 128) * per_warp, (d, n_ld)
             base = by.get((d, causal, "no_ldsm"))
             if base is not None and variant in (None, "@128") and r["config"]["block_n"] == 128 \
                     and base["config"] == dict(r["config"], ldsm_transpose=False):

@@ -158,7 +158,8 @@ class Fp8FwdConfig:
     early_q: bool = False  # persistent, block by block: Q is released (q_empty) right after the
                            # tile's last QK^T instead of after its last P V, and the producer
                            # loads the next tile's first V / K and publishes its first V^T
-                           # before it waits for that release and loads the next Q
+                           # before it waits for that release and loads the next Q (then V_1,
+                           # K_1: K_1's stage is freed with Q)
     # --- timing diagnostic (session 8), lse OVERWRITTEN: forward() runs it only with _diagnostic ---
     diag_stamps: bool = False  # SM clock stamps of each tile's phases written over the first 16
                                # lse entries of its rows (scripts/fp8_tile_phases.py reads them)
@@ -611,6 +612,24 @@ def _transpose_block(vs_smem, vt_smem, vs, s, NKC: gl.constexpr, NCH: gl.constex
 
 
 @gluon.jit
+def _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b, kvh, jn, gn,
+               n_blocks, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, V_STAGES: gl.constexpr,
+               NCH: gl.constexpr, NKC: gl.constexpr):
+    # the producer's loads of key block jn (ring position gn), if the tile has it:
+    # V_jn into its staging slot (last read by the transpose of V_{jn-V_STAGES}, done before the
+    # warpgroup barrier of an earlier iteration), then K_jn once both consumer warpgroups released
+    # that K stage (a fresh barrier passes at once)
+    if jn < n_blocks:
+        _load_v(v_desc, vs_smem, vs_ready.index(gn % V_STAGES), b, kvh, jn * BLOCK_N,
+                gn % V_STAGES, NCH, NKC)
+        sn = gn % NUM_STAGES
+        mbarrier.wait(k_empty.index(sn), ((gn // NUM_STAGES) & 1) ^ 1)
+        mbarrier.expect(k_ready.index(sn), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, jn * BLOCK_N, kvh, 0], k_ready.index(sn),
+                                        k_smem.index(sn))
+
+
+@gluon.jit
 def _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start):
     # early_q: Q of this tile once both consumer warpgroups released the previous tile's Q
     mbarrier.wait(q_empty, q_phase)
@@ -653,18 +672,13 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                                             k_smem.index(0))
     for j in range(n_blocks):
         jn = j + 1
-        gn = kv_base + jn
-        if jn < n_blocks:
-            # V_{j+1} into its staging slot (last read by the transpose of V_{j+1-V_STAGES}, done
-            # before the warpgroup barrier of an earlier iteration), then K_{j+1} once both
-            # consumer warpgroups released that K stage (a fresh barrier passes at once).
-            _load_v(v_desc, vs_smem, vs_ready.index(gn % V_STAGES), b, kvh, jn * BLOCK_N,
-                    gn % V_STAGES, NCH, NKC)
-            sn = gn % NUM_STAGES
-            mbarrier.wait(k_empty.index(sn), ((gn // NUM_STAGES) & 1) ^ 1)
-            mbarrier.expect(k_ready.index(sn), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [b, jn * BLOCK_N, kvh, 0], k_ready.index(sn),
-                                            k_smem.index(sn))
+        if EARLY_Q:
+            if j > 0:   # (at j == 0 after V_0's transpose and the Q release, below)
+                _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b, kvh,
+                           jn, kv_base + jn, n_blocks, BLOCK_N, NUM_STAGES, V_STAGES, NCH, NKC)
+        else:
+            _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b, kvh,
+                       jn, kv_base + jn, n_blocks, BLOCK_N, NUM_STAGES, V_STAGES, NCH, NKC)
         # transpose V_j: staging slot j % V_STAGES -> V^T stage j % NUM_STAGES, 64 columns at a time
         g = kv_base + j
         vs = g % V_STAGES
@@ -680,8 +694,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
             if j == 0:
                 _stamp(lse_ptr, stamp_base, 5, _CLOCK)
         if EARLY_Q:
-            if j == 0:   # Q after the tile's first V^T (none of this waited on the new tile)
+            # V_0's transpose waited on nothing of the previous tile's last block; Q and K_1
+            # wait for its last QK^T (q_empty, K_1's stage), V_1 for nothing
+            if j == 0:
                 _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
+                _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b, kvh,
+                           jn, kv_base + jn, n_blocks, BLOCK_N, NUM_STAGES, V_STAGES, NCH, NKC)
     if EARLY_Q:
         if n_blocks == 0:
             _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
