@@ -622,11 +622,16 @@ def _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b, k
     if jn < n_blocks:
         _load_v(v_desc, vs_smem, vs_ready.index(gn % V_STAGES), b, kvh, jn * BLOCK_N,
                 gn % V_STAGES, NCH, NKC)
-        sn = gn % NUM_STAGES
-        mbarrier.wait(k_empty.index(sn), ((gn // NUM_STAGES) & 1) ^ 1)
-        mbarrier.expect(k_ready.index(sn), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, jn * BLOCK_N, kvh, 0], k_ready.index(sn),
-                                        k_smem.index(sn))
+        _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N, gn, NUM_STAGES)
+
+
+@gluon.jit
+def _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, n0, g, NUM_STAGES: gl.constexpr):
+    # K rows n0.. (ring position g) once both consumer warpgroups released that stage
+    sn = g % NUM_STAGES
+    mbarrier.wait(k_empty.index(sn), ((g // NUM_STAGES) & 1) ^ 1)
+    mbarrier.expect(k_ready.index(sn), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [b, n0, kvh, 0], k_ready.index(sn), k_smem.index(sn))
 
 
 @gluon.jit
@@ -660,11 +665,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
             g0 = kv_base
             _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES, NCH,
                     NKC)
-            s0 = g0 % NUM_STAGES
-            mbarrier.wait(k_empty.index(s0), ((g0 // NUM_STAGES) & 1) ^ 1)
-            mbarrier.expect(k_ready.index(s0), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [b, 0, kvh, 0], k_ready.index(s0),
-                                            k_smem.index(s0))
+            _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, 0, g0, NUM_STAGES)
         else:
             _load_v(v_desc, vs_smem, vs_ready.index(0), b, kvh, 0, 0, NCH, NKC)
             mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
@@ -727,11 +728,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, q_bar, k_ready, k_e
         vs = j % V_STAGES
         mbarrier.wait(vs_empty.index(vs), ((j // V_STAGES) & 1) ^ 1)
         _load_v(v_desc, vs_smem, vs_ready.index(vs), b, kvh, j * BLOCK_N, vs, NCH, NKC)
-        s = j % NUM_STAGES
-        mbarrier.wait(k_empty.index(s), ((j // NUM_STAGES) & 1) ^ 1)
-        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, kvh, 0], k_ready.index(s),
-                                        k_smem.index(s))
+        _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, j * BLOCK_N, j, NUM_STAGES)
 
 
 @gluon.jit
