@@ -635,11 +635,17 @@ def _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, n0, g, NUM_STAGES: gl.cons
 
 
 @gluon.jit
+def _load_q(q_desc, q_smem, q_bar, b, h, m_start):
+    # the tile's Q (one box of BLOCK_M rows) into its buffer, completing on q_bar
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+
+
+@gluon.jit
 def _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start):
     # early_q: Q of this tile once both consumer warpgroups released the previous tile's Q
     mbarrier.wait(q_empty, q_phase)
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+    _load_q(q_desc, q_smem, q_bar, b, h, m_start)
 
 
 @gluon.jit
@@ -657,7 +663,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
     NKC: gl.constexpr = BLOCK_N // 128    # 128-key chunks per key block (V boxes, V^T tiles)
     if STAMPS:
         _stamp(lse_ptr, stamp_base, 4, _CLOCK)
-    if not EARLY_Q:
+    if not EARLY_Q:   # (written out: through _load_q the persistent loop's SASS changes)
         mbarrier.expect(q_bar, q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
     if n_blocks > 0:
@@ -722,8 +728,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, q_bar, k_ready, k_e
     # K_j (once both consumer warpgroups have released its stage: k_empty); fresh barriers pass
     NCH: gl.constexpr = HEAD_DIM // 64
     NKC: gl.constexpr = BLOCK_N // 128
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+    _load_q(q_desc, q_smem, q_bar, b, h, m_start)
     for j in range(n_blocks):
         vs = j % V_STAGES
         mbarrier.wait(vs_empty.index(vs), ((j // V_STAGES) & 1) ^ 1)
