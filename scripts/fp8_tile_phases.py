@@ -34,6 +34,9 @@ if os.environ.get("FP8_CELLS"):   # e.g. "128,0,2048;256,1,2048"
 # FP8_PHASES_PERSISTENT=1: each cell also with the persistent tile loop (the "gap" is then the
 # time between one program's consecutive tiles)
 MODES = (False, True) if os.environ.get("FP8_PHASES_PERSISTENT") else (False,)
+# FP8_PHASES_VARIANTS="pq256,...": each cell also with these candidates of F.VARIANTS (stamped the
+# same way; the mode is then the variant's name)
+MODES += tuple(v for v in os.environ.get("FP8_PHASES_VARIANTS", "").split(",") if v)
 
 
 def main():
@@ -48,7 +51,13 @@ def main():
         qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
         kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=kvb)
         vq = fusedattn.quantize_fp8(v, role="v", block_size=kvb)
-        cfg = replace(F.get_config(d, causal, kvb), diag_stamps=True, persistent=pers)
+        if isinstance(pers, str):
+            cfg = replace(F.variant_config(pers, d, causal), diag_stamps=True)
+            if cfg.block_n != kvb:
+                kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=cfg.block_n)
+                vq = fusedattn.quantize_fp8(v, role="v", block_size=cfg.block_n)
+        else:
+            cfg = replace(F.get_config(d, causal, kvb), diag_stamps=True, persistent=pers)
         for _ in range(30):   # warm, at the power-limited clock
             F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
         _, lse = F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
@@ -85,12 +94,12 @@ def main():
                    span_ms=(max(r[7] for r in st) - min(r[7] for r in st)) / 1e6)
         rec["fixed_in_blocks"] = ((rec["gap"] or 0) + rec["q_wait"] + rec["epilogue"]) / rec["loop_per_block"]
         recs.append(rec)
-        print(f"d{d} causal={int(causal)} s{s}{' persistent' if pers else ''} ({n_tiles} tiles on {len(by_sm)} SMs, {bn}-key blocks): "
+        print(f"d{d} causal={int(causal)} s{s}{(' ' + pers) if isinstance(pers, str) else (' persistent' if pers else '')} ({n_tiles} tiles on {len(by_sm)} SMs, {bn}-key blocks): "
               f"gap {rec['gap']:.0f} (p90 {rec['gap_p90']:.0f}) | Q wait {rec['q_wait']:.0f} | "
               f"loop {rec['loop_per_block']:.0f}/block | epilogue {rec['epilogue']:.0f} | "
               f"producer first V^T {rec['first_vt']:.0f} | tile {rec['tile_total']:.0f} cycles | "
               f"fixed = {rec['fixed_in_blocks']:.2f} blocks", flush=True)
-        with open(os.path.join(out_dir, f"stamps_d{d}_c{int(causal)}_s{s}_p{int(pers)}.json"), "w") as f:
+        with open(os.path.join(out_dir, f"stamps_d{d}_c{int(causal)}_s{s}_p{pers if isinstance(pers, str) else int(pers)}.json"), "w") as f:
             json.dump(dict(rec=rec, stamps=st, n_blocks=nblk), f)
     with open(os.path.join(out_dir, "phases.json"), "w") as f:
         json.dump(recs, f, indent=1)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One device call for one FP8 candidate (a name of hopper_fp8_fwd.VARIANTS): checks first, then
+# timing only if the checks passed. Every step has its own cap and the whole run a deadline; full
+# logs under OUT, a short summary last.
+#     bash scripts/device_fp8_variant.sh OUT VARIANT "d,causal,seqlen;..." [DEADLINE_S (540)]
+# 1. scripts/hopper_fp8_dev.py (every row's and the candidates' check cases, then its bench)
+# 2. compute-sanitizer memcheck and racecheck (hazard addresses counted) on a small shape of the
+#    candidate at each head_dim of the cells, causal and not (scripts/fp8_variant_case.py)
+# 3. clock stamps per tile phase (scripts/fp8_tile_phases.py) for the row, the persistent loop
+#    and the candidate, at the cells
+# 4. rotated rounds beside the row and FA3-FP8 (scripts/fp8_interleaved.py) at the cells
+set -u
+out=${1:?usage: device_fp8_variant.sh OUT VARIANT CELLS [DEADLINE_S]}
+var=${2:?variant}
+cells=${3:?cells}
+deadline=$(( $(date +%s) + ${4:-540} ))
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+left() { echo $(( deadline - $(date +%s) )); }
+cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
+summary=()
+step() {  # step NAME CAP_S CMD...: run with min(CAP, time left), record rc and seconds
+  local name=$1 c; c=$(cap "$2"); shift 2
+  if [ "$c" -lt 20 ]; then summary+=("$name: skipped (time)"); return 99; fi
+  local t0=$(date +%s)
+  timeout "$c" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  summary+=("$name: rc=$rc in $(( $(date +%s) - t0 ))s (cap ${c}s) $(tail -1 "$out/$name.log" | cut -c1-150)")
+  return $rc
+}
+nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.limit --format=csv > "$out/smi.txt" 2>&1
+step dev "${DEV_CAP:-240}" python3 scripts/hopper_fp8_dev.py "$out/dev" --budget $(( ${DEV_CAP:-240} - 30 ))
+ok=1
+if ! grep -q "\"variant\": \"$var\"" "$out/dev/check.jsonl" 2>/dev/null; then ok=0; fi
+if grep "\"variant\": \"$var\"" "$out/dev/check.jsonl" 2>/dev/null | grep -q '"ok": false'; then ok=0; fi
+summary+=("checks of $var: $([ $ok = 1 ] && echo passed || echo 'FAILED or missing: no timing')")
+dims=$(echo "$cells" | tr ';' '\n' | cut -d, -f1 | sort -u)
+CS="compute-sanitizer --print-limit 0 --error-exitcode 9"
+for d in $dims; do
+  for c in 0 1; do
+    step "mem_${d}_${c}" 60 $CS --tool memcheck python3 scripts/fp8_variant_case.py "$d" "$c" "$var"
+    step "race_${d}_${c}" 90 $CS --tool racecheck --racecheck-report hazard \
+      python3 scripts/fp8_variant_case.py "$d" "$c" "$var"
+    grep -o "__shared__ 0x[0-9a-f]*" "$out/race_${d}_${c}.log" | sort | uniq -c | sort -rn | head \
+      > "$out/race_${d}_${c}-addresses.txt"
+  done
+done
+if [ $ok = 1 ]; then
+  step phases 90 env FP8_CELLS="$cells" FP8_PHASES_PERSISTENT=1 FP8_PHASES_VARIANTS="$var" \
+    python3 scripts/fp8_tile_phases.py "$out/phases"
+  step rounds "${ROUNDS_CAP:-200}" env FP8_CELLS="$cells" python3 scripts/fp8_interleaved.py "$out/rounds" "$var"
+fi
+echo "== summary =="
+printf '%s\n' "${summary[@]}"
+for f in "$out"/race_*-addresses.txt; do echo "$f:"; cat "$f"; done
+[ -f "$out/dev/summary.md" ] && tail -40 "$out/dev/summary.md"
+[ -f "$out/phases.log" ] && grep "^d" "$out/phases.log"
+[ -f "$out/rounds.log" ] && grep "^d" "$out/rounds.log"
