@@ -57,3 +57,5 @@ for f in "$out"/race_*-addresses.txt; do echo "$f:"; cat "$f"; done
 [ -f "$out/dev/summary.md" ] && tail -40 "$out/dev/summary.md"
 [ -f "$out/phases.log" ] && grep "^d" "$out/phases.log"
 [ -f "$out/rounds.log" ] && grep "^d" "$out/rounds.log"
+# one tarball (the device returns a limited number of files)
+tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")" && rm -rf "$out"
