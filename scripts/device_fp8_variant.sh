@@ -2,7 +2,8 @@
 # One device call for one FP8 candidate (a name of hopper_fp8_fwd.VARIANTS): checks first, then
 # timing only if the checks passed. Every step has its own cap and the whole run a deadline; full
 # logs under OUT, a short summary last.
-#     bash scripts/device_fp8_variant.sh OUT VARIANT "d,causal,seqlen;..." [DEADLINE_S (540)]
+#     [EXTRA_VARIANTS="a b"] bash scripts/device_fp8_variant.sh OUT VARIANT "d,causal,seqlen;..." [DEADLINE_S (540)]
+# (EXTRA_VARIANTS: other candidates stamped and timed beside it, not checked here)
 # 1. scripts/hopper_fp8_dev.py (every row's and the candidates' check cases, then its bench)
 # 2. compute-sanitizer memcheck and racecheck (hazard addresses counted) on a small shape of the
 #    candidate at each head_dim of the cells, causal and not (scripts/fp8_variant_case.py)
@@ -47,9 +48,9 @@ for d in $dims; do
   done
 done
 if [ $ok = 1 ]; then
-  step phases 90 env FP8_CELLS="$cells" FP8_PHASES_PERSISTENT=1 FP8_PHASES_VARIANTS="$var" \
+  step phases 90 env FP8_CELLS="$cells" FP8_PHASES_PERSISTENT=1 FP8_PHASES_VARIANTS="$var${EXTRA_VARIANTS:+,${EXTRA_VARIANTS// /,}}" \
     python3 scripts/fp8_tile_phases.py "$out/phases"
-  step rounds "${ROUNDS_CAP:-200}" env FP8_CELLS="$cells" python3 scripts/fp8_interleaved.py "$out/rounds" "$var"
+  step rounds "${ROUNDS_CAP:-200}" env FP8_CELLS="$cells" python3 scripts/fp8_interleaved.py "$out/rounds" "$var" ${EXTRA_VARIANTS:-}
 fi
 echo "== summary =="
 printf '%s\n' "${summary[@]}"

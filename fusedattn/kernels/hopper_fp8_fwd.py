@@ -94,6 +94,7 @@ up per row).
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from dataclasses import dataclass, replace
 
@@ -169,6 +170,13 @@ class Fp8FwdConfig:
                                   # sharing one warpgroup (producer_regs each); Triton's membar
                                   # pass then puts no barrier around the copies (one warp) and
                                   # the transposer's warps issue no copy code
+    # --- session-9 candidate (fp8_log.md, session 9), off until measured on a GPU ---
+    sched_table: bool = False  # persistent, causal: each program walks its own list of tiles
+                               # from a host-built table (tile_schedule: the one-tile grid's
+                               # longest-first order over L2 sections, each tile given to the
+                               # program predicted to finish first) instead of tiles pid,
+                               # pid + grid, ... (run 36: that static stride leaves programs
+                               # 6-54% apart in work when causal)
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -369,6 +377,12 @@ VARIANTS = {
     # QK^T (not its last P V) and the next tile's first V / K loaded before that release
     "pq256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                "causal_mask_only": True, "persistent": True, "early_q": True}, (64, 128)),
+    # session 9 (fp8_log.md): pq256 with the causal tiles dealt by a host-built table
+    # (sched_table) instead of the static stride (run 36's pq256: a simulation of that stride
+    # puts programs 12.5% apart in work at causal 2k, 6% at 8k, 54% at 16k with 16 heads)
+    "pq256s": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                "causal_mask_only": True, "persistent": True, "early_q": True,
+                "sched_table": True}, (64, 128)),
 }
 
 
@@ -1205,16 +1219,42 @@ def _consumer_wg1(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
 
 
 @gluon.jit
+def _sched_start(num_tiles, sched_ptr, SCHED: gl.constexpr):
+    """The persistent loop's iterations (lo, hi, step) and, with SCHED, its first tile.
+
+    Without SCHED: tiles pid, pid + grid, ... With SCHED (sched_table): this program's entries
+    of the table built by tile_schedule(): [grid + 1 offsets | the tiles, program by program |
+    one pad entry]; entries lo .. hi - 1 are this program's tiles in order."""
+    pid = gl.program_id(0)
+    lo = pid
+    hi = num_tiles
+    step = gl.num_programs(0)
+    nxt = pid
+    if SCHED:
+        lo = gl.load(sched_ptr + pid)
+        hi = gl.load(sched_ptr + pid + 1)
+        step = 1
+        nxt = gl.load(sched_ptr + gl.num_programs(0) + 1 + lo)
+    return lo, hi, step, nxt
+
+
+@gluon.jit
+def _sched_next(sched_ptr, it):
+    # the table's entry after `it` (loaded a tile ahead; the pad entry makes the last one safe)
+    return gl.load(sched_ptr + gl.num_programs(0) + 1 + it + 1)
+
+
+@gluon.jit
 def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
-                         q_nblk, kv_nblk, num_tiles,
+                         q_nblk, kv_nblk, num_tiles, sched_ptr,
                          WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                          NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                          PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
                          PINGPONG: gl.constexpr, STAMPS: gl.constexpr = False,
-                         EARLY_Q: gl.constexpr = False):
+                         EARLY_Q: gl.constexpr = False, SCHED: gl.constexpr = False):
     # pingpong: each tile leaves one arrival on barrier 10 (the one-tile kernel exits with it),
     # which is the opening of the next tile's first turn; so warpgroup 0 opens only once
     if PINGPONG:
@@ -1222,7 +1262,12 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
             _named_bar(10, True)
     c = gl.program_id(0) * 0  # K / V^T ring position, carried across tiles (as the producer's)
     i = gl.program_id(0) * 0  # tiles done: q_bar's phase
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+    lo, hi, step, nxt = _sched_start(num_tiles, sched_ptr, SCHED)
+    for it in range(lo, hi, step):
+        tile = it
+        if SCHED:
+            tile = nxt
+            nxt = _sched_next(sched_ptr, it)
         n_blocks = _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                   out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
@@ -1237,49 +1282,58 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
 def _consumer_persistent_wg0(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                              vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                              heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
-                             q_nblk, kv_nblk, num_tiles,
+                             q_nblk, kv_nblk, num_tiles, sched_ptr,
                              CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
                              PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
-                             STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False):
+                             STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
+                             SCHED: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
-                         q_nblk, kv_nblk, num_tiles, 0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, STAMPS, EARLY_Q)
+                         q_nblk, kv_nblk, num_tiles, sched_ptr, 0, CAUSAL, BLOCK_M, BLOCK_N,
+                         HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, STAMPS,
+                         EARLY_Q, SCHED)
 
 
 @gluon.jit
 def _consumer_persistent_wg1(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                              vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                              heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
-                             q_nblk, kv_nblk, num_tiles,
+                             q_nblk, kv_nblk, num_tiles, sched_ptr,
                              CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
                              PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
-                             EARLY_Q: gl.constexpr = False):
+                             EARLY_Q: gl.constexpr = False, SCHED: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
-                         q_nblk, kv_nblk, num_tiles, 1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                         NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, False, EARLY_Q)
+                         q_nblk, kv_nblk, num_tiles, sched_ptr, 1, CAUSAL, BLOCK_M, BLOCK_N,
+                         HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, False,
+                         EARLY_Q, SCHED)
 
 
 @gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                          q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
-                         seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
+                         seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles, sched_ptr,
                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                          V_STAGES: gl.constexpr, LDSM_T: gl.constexpr = False, lse_ptr=None,
-                         STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False):
+                         STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
+                         SCHED: gl.constexpr = False):
     # the consumers' tile sequence; Q of the next tile once both consumer warpgroups have
     # finished the current tile's QK^T (q_empty), i.e. under their last P V and epilogue
     c = gl.program_id(0) * 0
     i = gl.program_id(0) * 0
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+    lo, hi, step, nxt = _sched_start(num_tiles, sched_ptr, SCHED)
+    for it in range(lo, hi, step):
+        tile = it
+        if SCHED:
+            tile = nxt
+            nxt = _sched_next(sched_ptr, it)
         b, h, kvh, m_start, n_blocks, _nu = _tile_of(tile, seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
         if not EARLY_Q:
@@ -1305,7 +1359,7 @@ _INT_ARGS = ("seqlen_q", "seqlen_k", "heads", "kv_heads", "num_m_tiles", "q_bloc
 @gluon.jit(do_not_specialize=_INT_ARGS)
 def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                         seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, qk_scale,
-                        q_block, q_nblk, kv_nblk,
+                        q_block, q_nblk, kv_nblk, sched_ptr,
                         CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                         HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                         V_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
@@ -1314,7 +1368,8 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
                         PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False,
                         LPT: gl.constexpr = False, SPLIT: gl.constexpr = False,
-                        STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False):
+                        STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
+                        SCHED: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
                                                      LPT)
@@ -1355,18 +1410,18 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
             (_consumer_persistent_wg0, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
-                kv_nblk, num_tiles, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, STAMPS, EARLY_Q)),
+                kv_nblk, num_tiles, sched_ptr, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
+                OVERLAP, PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, STAMPS, EARLY_Q, SCHED)),
             (_consumer_persistent_wg1, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
-                kv_nblk, num_tiles, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, EARLY_Q)),
+                kv_nblk, num_tiles, sched_ptr, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
+                OVERLAP, PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, EARLY_Q, SCHED)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                 q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
-                seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles,
+                seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles, sched_ptr,
                 CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, LDSM_T, lse_ptr,
-                STAMPS, EARLY_Q)),
+                STAMPS, EARLY_Q, SCHED)),
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
         return
 
@@ -1505,6 +1560,59 @@ def lpt_section_heads(n_bh: int, kv_group: int, seqlen_k: int, head_dim: int,
     return max(grouped or divisors)
 
 
+# tile_schedule's cost of a tile, in key blocks: its blocks plus the per-tile work outside the
+# key loop (device run 36, clock stamps of the persistent early_q loop: 0.94-1.01 blocks)
+TILE_FIXED_BLOCKS = 1.0
+
+
+def _schedule_entries(n_bh: int, sec: int, seqlen_q: int, seqlen_k: int, block_m: int,
+                      block_n: int, programs: int) -> list[int]:
+    """tile_schedule's table as a list (no device): see there."""
+    num_m = -(-seqlen_q // block_m)
+    off = seqlen_k - seqlen_q
+    # cost of the tile pid_idx (the pid_m = num_m - 1 - pid_idx of _tile_of's causal order)
+    cost = []
+    for i in range(num_m):
+        m_end = min((num_m - i) * block_m, seqlen_q)
+        kv_end = max(min(m_end + off, seqlen_k), 0)
+        cost.append(-(-kv_end // block_n) + TILE_FIXED_BLOCKS)
+    heap = [(0.0, p) for p in range(programs)]
+    lists: list[list[int]] = [[] for _ in range(programs)]
+    for s0 in range(0, n_bh, sec):              # L2 sections of (batch, head)s, in order
+        for i in range(num_m):                  # longest tiles first within the section
+            for bh in range(s0, min(n_bh, s0 + sec)):
+                load, p = heapq.heappop(heap)   # the program predicted to be free first
+                lists[p].append(bh * num_m + i)
+                heapq.heappush(heap, (load + cost[i], p))
+    offsets = [0]
+    for lst in lists:
+        offsets.append(offsets[-1] + len(lst))
+    return offsets + [t for lst in lists for t in lst] + [0]
+
+
+@functools.lru_cache(maxsize=64)
+def tile_schedule(n_bh: int, kv_group: int, seqlen_q: int, seqlen_k: int, head_dim: int,
+                  block_m: int, block_n: int, section_kb: int, programs: int,
+                  device: torch.device) -> torch.Tensor:
+    """The causal persistent loop's tile table (sched_table), int32 on `device`:
+    [programs + 1 offsets | each program's tile indices in order | one pad entry].
+
+    The one-tile grid's order (L2 sections of lpt_section_heads (batch, head)s; in a section the
+    longest tiles first) dealt out as the hardware deals one-tile programs: each tile to the
+    program predicted to be free first, with a tile costing its key blocks plus
+    TILE_FIXED_BLOCKS. Deterministic (a tile is computed the same way on any program). Built on
+    the host once per shape (cached): ~1 s per million tiles."""
+    sec = lpt_section_heads(n_bh, kv_group, seqlen_k, head_dim, section_kb)
+    entries = _schedule_entries(n_bh, sec, seqlen_q, seqlen_k, block_m, block_n, programs)
+    return torch.tensor(entries, dtype=torch.int32, device=device)
+
+
+@functools.lru_cache(maxsize=None)
+def _no_schedule(device: torch.device) -> torch.Tensor:
+    # the kernel's sched_ptr where no table is used (never read)
+    return torch.zeros(1, dtype=torch.int32, device=device)
+
+
 def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             config: Fp8FwdConfig | None = None, out_dtype: torch.dtype = torch.bfloat16,
             _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
@@ -1582,9 +1690,14 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             grid = (batch * heads * num_m_tiles,)
     if cx["SOFTMAX_FMA"] and not scale > 0:   # the raw-score max needs a positive scale
         cx["SOFTMAX_FMA"] = False
+    if cx["SCHED"]:
+        sched = tile_schedule(batch * heads, heads // kv_heads, seqlen_q, seqlen_k, head_dim,
+                              cfg.block_m, cfg.block_n, cfg.l2_section_kb, grid[0], dev)
+    else:
+        sched = _no_schedule(dev)
     args = (q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
             seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
-            qq.block_size, qs.shape[-1], ks.shape[-1])
+            qq.block_size, qs.shape[-1], ks.shape[-1], sched)
     if _warmup:
         return attn_fp8_fwd_kernel.warmup(*args, grid=grid, **cx, num_warps=cfg.num_warps,
                                           maxnreg=cfg.maxnreg)
@@ -1606,7 +1719,7 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
         "qs_ptr": "*fp32", "ks_ptr": "*fp32", "vs_ptr": "*fp32",
         "seqlen_q": "i32", "seqlen_k": "i32", "heads": "i32", "kv_heads": "i32",
         "num_m_tiles": "i32", "qk_scale": "fp32", "q_block": "i32", "q_nblk": "i32",
-        "kv_nblk": "i32",
+        "kv_nblk": "i32", "sched_ptr": "*i32",
     }
 
 
@@ -1614,6 +1727,8 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.early_q and (not cfg.persistent or cfg.overlap):
         raise ValueError("early_q is for the persistent loop block by block (persistent=True, "
                          "overlap=False)")
+    if cfg.sched_table and not cfg.persistent:
+        raise ValueError("sched_table is for the persistent loop (persistent=True)")
     if cfg.diag_stamps and cfg.split_producer:
         raise ValueError("diag_stamps is for the one-warpgroup producer")
     if cfg.split_producer and (cfg.persistent or not cfg.ldsm_transpose or cfg.diag_no_transpose):
@@ -1630,7 +1745,7 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 LDSM_T=2 if cfg.diag_no_transpose else cfg.ldsm_transpose,
                 LPT=bool(cfg.lpt_order and causal and not cfg.persistent),
                 SPLIT=cfg.split_producer, STAMPS=cfg.diag_stamps,
-                EARLY_Q=cfg.early_q)
+                EARLY_Q=cfg.early_q, SCHED=bool(cfg.sched_table and causal))
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
