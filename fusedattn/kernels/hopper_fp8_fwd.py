@@ -219,7 +219,13 @@ CONFIGS = {
     # vs 376/424 (+23/+29%), causal 301/477 vs 291/401 (+3/+19%; measured with 3 stages, which
     # spills 4 B causal: 2 stages here, 0 spills).
     (64, False, 256): replace(_ROW64, block_n=256, **_BLOCKWISE),
-    (64, True, 256): replace(_ROW64, block_n=256, num_stages=2, **_BLOCKWISE),
+    # Causal since session 9: the persistent loop with Q released after each tile's last QK^T
+    # (early_q) and the tiles dealt from a host-built table (sched_table; variant pq256s, 3
+    # stages, the causal mask alone, 0 spills). Device run 37, rotated rounds / sequential:
+    # s=2048 363 vs 311 (+17%, sequential), s=8192 +1.2% (rounds) / +3.2%. Before: 2 stages
+    # block by block (run 18: causal 301/477 vs 291/401 with 128-key tiles).
+    (64, True, 256): replace(_ROW64, block_n=256, causal_mask_only=True, persistent=True,
+                             early_q=True, sched_table=True, **_BLOCKWISE),
     # P packed to e4m3 in registers (pack_p), FFMA softmax and pingpong between the consumer
     # warpgroups (variant pack_fma_pp), device run 7: s=2048/8192 non-causal 573/669 vs 497/573,
     # causal 438/611 vs 345/507 (+15..27%); best of 6 in all four cells.
@@ -239,7 +245,14 @@ CONFIGS = {
     # FA3-FP8 692/876 in that process). Spills 16 B: two row indices of consumer warpgroup 0
     # stored at entry and reloaded before the masked loop and the epilogue (none inside a loop;
     # every form tried without it spilled more, fp8_log.md session 7)
-    (128, True, 256): replace(_ROW128, block_n=256, causal_mask_only=True, **_BLOCKWISE),
+    # Since session 9 in the persistent loop with early_q and the table-dealt tiles (variant
+    # pq256s; 0 spills): device run 37 in rotated rounds beside this row's one-tile form,
+    # s=2048 / 8192 / 16384: 562 / 746 / 784 vs 498 / 727 / 797 (+12.9 / +2.7 / -1.7%, the
+    # last within the rounds' spread of 4-13%); per tile ~1 key block less outside the key loop
+    # (clock stamps, fp8_log.md session 9). The same loop dealt by the static stride (pq256)
+    # fell to 0.74x at 16384 (programs up to 54% apart in work).
+    (128, True, 256): replace(_ROW128, block_n=256, causal_mask_only=True, persistent=True,
+                              early_q=True, sched_table=True, **_BLOCKWISE),
     # block by block with FFMA softmax and pingpong (variant fma_pp), device run 7:
     # s=2048/8192 non-causal 851/962 vs 813/922, causal 643/863 vs 620/849 (+2..5%).
     # Then the V transpose through ldmatrix.trans (variant ldsm), device run 15: s=2048/8192
@@ -374,15 +387,19 @@ VARIANTS = {
     "pn256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                "causal_mask_only": True, "persistent": True}, ()),
     # session 8, after run 35's stamps (fp8_log.md): pn256 with Q released after the tile's last
-    # QK^T (not its last P V) and the next tile's first V / K loaded before that release
+    # QK^T (not its last P V) and the next tile's first V / K loaded before that release.
+    # Device runs 36-37 (rounds): +4.6% non-causal 2k, -1.3% 4k, -4.5% 8k at hdim 128 (the
+    # one-tile rows stay); causal +9.8% 2k, +1.4..3.4% 8k, 0.74x at 16k (the static stride's
+    # imbalance): in the causal rows since with the table (pq256s)
     "pq256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
-               "causal_mask_only": True, "persistent": True, "early_q": True}, (64, 128)),
+               "causal_mask_only": True, "persistent": True, "early_q": True}, ()),
     # session 9 (fp8_log.md): pq256 with the causal tiles dealt by a host-built table
     # (sched_table) instead of the static stride (run 36's pq256: a simulation of that stride
-    # puts programs 12.5% apart in work at causal 2k, 6% at 8k, 54% at 16k with 16 heads)
+    # puts programs 12.5% apart in work at causal 2k, 6% at 8k, 54% at 16k with 16 heads).
+    # Device run 37: the (64, True, 256) and (128, True, 256) rows since
     "pq256s": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
-                "sched_table": True}, (64, 128)),
+                "sched_table": True}, ()),
 }
 
 
@@ -1590,7 +1607,9 @@ def _schedule_entries(n_bh: int, sec: int, seqlen_q: int, seqlen_k: int, block_m
     return offsets + [t for lst in lists for t in lst] + [0]
 
 
-@functools.lru_cache(maxsize=64)
+_SCHEDULES: dict[tuple, torch.Tensor] = {}
+
+
 def tile_schedule(n_bh: int, kv_group: int, seqlen_q: int, seqlen_k: int, head_dim: int,
                   block_m: int, block_n: int, section_kb: int, programs: int,
                   device: torch.device) -> torch.Tensor:
@@ -1601,10 +1620,30 @@ def tile_schedule(n_bh: int, kv_group: int, seqlen_q: int, seqlen_k: int, head_d
     longest tiles first) dealt out as the hardware deals one-tile programs: each tile to the
     program predicted to be free first, with a tile costing its key blocks plus
     TILE_FIXED_BLOCKS. Deterministic (a tile is computed the same way on any program). Built on
-    the host once per shape (cached): ~1 s per million tiles."""
-    sec = lpt_section_heads(n_bh, kv_group, seqlen_k, head_dim, section_kb)
-    entries = _schedule_entries(n_bh, sec, seqlen_q, seqlen_k, block_m, block_n, programs)
-    return torch.tensor(entries, dtype=torch.int32, device=device)
+    the host on a shape's first call (~1 s per million tiles) and kept for the process (4 bytes
+    per tile; never freed, so that a CUDA graph that captured a launch keeps a valid table;
+    clear_tile_schedules() frees them). A first call inside CUDA graph capture is a
+    RuntimeError (the table's copy to the device cannot be captured): call once before."""
+    key = (n_bh, kv_group, seqlen_q, seqlen_k, head_dim, block_m, block_n, section_kb, programs,
+           device)
+    table = _SCHEDULES.get(key)
+    if table is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "attention_fp8 (causal) builds a tile table on the first call with a new shape, "
+                "which cannot run during CUDA graph capture: make the same call once before "
+                "capturing")
+        sec = lpt_section_heads(n_bh, kv_group, seqlen_k, head_dim, section_kb)
+        entries = _schedule_entries(n_bh, sec, seqlen_q, seqlen_k, block_m, block_n, programs)
+        table = torch.tensor(entries, dtype=torch.int32, device=device)
+        _SCHEDULES[key] = table
+    return table
+
+
+def clear_tile_schedules() -> None:
+    """Free the causal FP8 kernel's cached tile tables (tile_schedule). CUDA graphs captured
+    before must not be replayed afterwards."""
+    _SCHEDULES.clear()
 
 
 @functools.lru_cache(maxsize=None)
