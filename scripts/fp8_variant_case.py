@@ -3,7 +3,8 @@ shape, for compute-sanitizer (racecheck / memcheck / synccheck), checked against
 oracle of the quantised inputs (fusedattn.fp8_check.judge_fp8) so that a silent failure shows.
 
     compute-sanitizer --tool racecheck python scripts/fp8_variant_case.py HEAD_DIM CAUSAL [VARIANT]
-(FP8_CASE_SHAPE=batch,seqlen_q,seqlen_k,heads,kv_heads picks the shape; default 2,300,700,4,2)
+(FP8_CASE_SHAPE=batch,seqlen_q,seqlen_k,heads,kv_heads picks the shape; default 2,300,700,4,2;
+FP8_CASE_PROGRAMS=n caps a persistent loop's grid at n programs: several tiles per program)
 """
 import os
 import sys
@@ -26,7 +27,9 @@ kq = fusedattn.quantize_fp8(k, role="k", rotate=True, seed=3, block_size=cfg.blo
 vq = fusedattn.quantize_fp8(v, role="v", block_size=cfg.block_n)
 out = torch.full((b, sq, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
 lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
-F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _out=out, _lse=lse)
+progs = os.environ.get("FP8_CASE_PROGRAMS")
+F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _out=out, _lse=lse,
+          _programs=int(progs) if progs else None)
 torch.cuda.synchronize()
 rec = judge_fp8(q, k, v, qq, kq, vq, out, lse, causal, d ** -0.5)
 print("fp8_variant_case:", "ok" if rec["ok"] else f"FAILED {rec['failures']}", d, int(causal),

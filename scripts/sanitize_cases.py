@@ -32,6 +32,16 @@ for backend in sys.argv[1:] or ("triton", "hopper"):
             qq = fusedattn.quantize_fp8(q, role="q", rotate=False, block_size=64)
             fusedattn.attention_fp8(qq, kq, vq, causal=True, backend="hopper")
             cases += 1
+            if d in (64, 128):   # the persistent causal rows with several tiles per program
+                from fusedattn.kernels import hopper_fp8_fwd as F
+                for sq, sk in ((300, 100), (500, 700)):
+                    q = torch.randn(2, sq, 2, d, device="cuda", dtype=torch.bfloat16)
+                    k = torch.randn(2, sk, 1, d, device="cuda", dtype=torch.bfloat16)
+                    qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
+                    kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=256)
+                    vq = fusedattn.quantize_fp8(k, role="v", block_size=256)
+                    F.forward(qq, kq, vq, True, d ** -0.5, _programs=3)
+                    cases += 1
         continue
     for dtype in (torch.float16, torch.bfloat16):
         for d in (64, 96, 128, 256):

@@ -111,6 +111,40 @@ def test_kernel_grid(first_launch, shape, d, causal, kv_block):
 
 
 @needs_sm90
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (1, 255, 4097, 4, 1), (2, 300, 100, 2, 2),
+                                   (3, 640, 900, 2, 1)],
+                         ids=lambda s: "b{}_q{}_k{}_h{}_hk{}".format(*s))
+def test_persistent_causal_rows_many_tiles_per_program(first_launch, shape, d):
+    """The causal 256-key rows run the persistent loop (a program walks its tiles from a table,
+    Q released after each tile's last QK^T): on 2-5 programs every program runs several tiles
+    (short, long and, where seqlen_q > seqlen_k, empty ones), which one program per SM at these
+    shapes never does. Checked against the oracle, and bitwise equal to one program per tile (a
+    tile is computed the same way whichever program runs it)."""
+    from fusedattn.kernels import hopper_fp8_fwd as F
+
+    _require(first_launch, d)
+    assert F.get_config(d, True, 256).persistent and F.get_config(d, True, 256).sched_table
+    b, sq, sk, h, hk = shape
+    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + d)
+    qq = quantize_fp8(q, role="q", rotate=True, seed=5)
+    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=256)
+    vq = quantize_fp8(v, role="v", block_size=256)
+    scale = d ** -0.5
+    results = []
+    for programs in (None, 2, 5):
+        out = torch.full((b, sq, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
+        F.forward(qq, kq, vq, True, scale, _out=out, _lse=lse, _programs=programs)
+        torch.cuda.synchronize()
+        check_against_spec_and_oracle(q, k, v, qq, kq, vq, out, lse, True, scale)
+        results.append((out, lse))
+    for out, lse in results[1:]:
+        assert torch.equal(out, results[0][0])
+        assert torch.equal(lse.nan_to_num(), results[0][1].nan_to_num())
+
+
+@needs_sm90
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_kernel_q_blocks_of_64_no_rotation_fp16_out(first_launch, d):
     """q's block_size is free (the scale is looked up per row); no rotation; float16 output."""

@@ -1655,7 +1655,7 @@ def _no_schedule(device: torch.device) -> torch.Tensor:
 def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             config: Fp8FwdConfig | None = None, out_dtype: torch.dtype = torch.bfloat16,
             _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
-            _warmup: bool = False, _diagnostic: bool = False):
+            _warmup: bool = False, _diagnostic: bool = False, _programs: int | None = None):
     """FP8 attention forward: (out, lse) as fusedattn.fp8_reference.fp8_attention_forward.
 
     qq, kq, vq: QuantizedTensors (roles "q", "k", "v"; q and k both rotated with one seed or both
@@ -1669,6 +1669,8 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     contiguous outputs (tests poison them before the launch). _warmup: compile (into triton's
     on-disk cache) with exactly this call's specialisation, launch nothing, return the compiled
     kernel (scripts/hopper_fp8_dev.py precompiles its kernels in parallel processes).
+    _programs: the persistent loop's grid at most this many programs (default: one per SM), so
+    that tests and the sanitizer run many tiles per program on small shapes.
     """
     from ..fp8_reference import _check
     _check(qq, kq, vq)   # types, roles, rotation/seed consistency, shapes, devices
@@ -1718,7 +1720,9 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
     grid = (batch * heads * num_m_tiles,)
     if cfg.persistent:
-        grid = (min(grid[0], _num_sms(dev)),)
+        if _programs is not None and _programs < 1:
+            raise ValueError(f"_programs must be >= 1, got {_programs}")
+        grid = (min(grid[0], _num_sms(dev), _programs or grid[0]),)
     cx = _constexprs(head_dim, causal, cfg)
     if cx["LPT"]:
         sec = lpt_section_heads(batch * heads, heads // kv_heads, seqlen_k, head_dim,
