@@ -394,3 +394,38 @@ def test_git_commit_of_a_checkout_and_of_an_archive_inside_another_checkout(tmp_
     assert C._git_commit(snap) == f"{head} (git archive)"
     (snap / "fusedattn" / "_revision.txt").write_text("$Format:%h$\n")   # a plain copy
     assert C._git_commit(snap) is None
+
+
+def test_time_in_rounds_rotates_the_order_and_takes_medians():
+    """The order-fair timing: after a shared warm-up, each round times every implementation once,
+    the order rotated by one per round; each figure is the median over its rounds; one that raises
+    is recorded as a timing error and left out of later rounds."""
+    from fusedattn.bench.speed import time_in_rounds
+
+    calls, timed = [], []
+    figures = {"a": [3.0, 1.0, 2.0], "b": [5.0, 7.0, 6.0], "c": [1.0, 1.0]}
+
+    def make(name):
+        def fn():
+            calls.append(name)
+            if name == "c" and len([t for t in timed if t == "c"]) == 2:
+                raise RuntimeError("c broke in its third round")
+        fn.name = name
+        return fn
+
+    def timer(fn):
+        fn()
+        timed.append(fn.name)
+        ms = figures[fn.name][[t for t in timed if t == fn.name].__len__() - 1]
+        return {"ms": ms, "ms_p20": ms - 0.5, "ms_p80": ms + 0.5, "reps": 10}
+
+    entries = {n: {"impl": n, "pass": "fwd", "flops": 1e12} for n in "abc"}
+    deferred = [(entries[n], make(n), None) for n in "abc"]
+    time_in_rounds(deferred, timer, rounds=3, warmup_ms=1.0, device="cpu")
+    assert calls[:3] == ["a", "b", "c"]                    # the warm-up ran each in turn
+    assert timed == ["a", "b", "c", "b", "c", "a", "a", "b"]   # c raised in round 3
+    assert entries["a"]["ms"] == 2.0 and entries["a"]["ms_rounds"] == [3.0, 1.0, 2.0]
+    assert entries["b"]["ms"] == 6.0 and entries["b"]["reps"] == 30
+    assert entries["a"]["tflops"] == pytest.approx(1e12 / 2e-3 / 1e12)
+    assert "c broke" in entries["c"]["error"] and entries["c"]["error_stage"] == "timing"
+    assert "ms" not in entries["c"]

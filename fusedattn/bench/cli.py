@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--rep", type=float, default=C.REP_MS, help="do_bench repetition time, ms (default 100)")
     t.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="start no new shape after this many seconds; the rest is listed for --resume")
+    t.add_argument("--rounds", type=int, default=3,
+                   help="timing rounds per shape, the order of the implementations rotated each "
+                        "round; each round's do_bench repeats for rep / rounds ms (default 3)")
+    t.add_argument("--round-warmup", type=float, default=500.0, metavar="MS",
+                   help="the shape's shared warm-up before its rounds, every implementation in "
+                        "turn, ms of wall time (default 500)")
     t.add_argument("--seed", type=int, default=0)
     o = p.add_argument_group("output")
     o.add_argument("--out", default=None,
@@ -114,7 +120,8 @@ def _config(args, parser):
     from .speed import SpeedConfig
     return SpeedConfig(passes=passes, hdims=hdims or C.HDIMS, seqlens=seqlens or C.SEQLENS,
                        causals=causals, seed=args.seed, tokens=args.tokens, hidden=args.hidden,
-                       time_budget_s=args.time_budget), mem_seqlens
+                       time_budget_s=args.time_budget, rounds=args.rounds,
+                       round_warmup_ms=args.round_warmup), mem_seqlens
 
 
 def _out_text(text: str) -> None:
@@ -240,7 +247,7 @@ def _gpu_main(args, cfg, selection, mem_seqlens, device) -> int:
 
     t0 = time.perf_counter()
     on_cuda = device.type == "cuda"
-    timer = C.cuda_timer(args.warmup, args.rep) if on_cuda else C.cpu_timer(reps=3)
+    timer = C.cuda_timer(args.warmup, args.rep / max(1, args.rounds)) if on_cuda else C.cpu_timer(reps=3)
     env = C.environment(device)
     impls, missing = discover(selection, device)
     lines = [f"[bench] {' | '.join(report.header_lines(env))}"]
@@ -257,7 +264,8 @@ def _gpu_main(args, cfg, selection, mem_seqlens, device) -> int:
 
     out_dir = Path(args.out) if args.out else C.default_out_dir(env)
     results = {
-        "schema": C.SCHEMA, "env": env, "method": (report.method_record(args.warmup, args.rep) if on_cuda else
+        "schema": C.SCHEMA, "env": env, "method": (report.method_record(args.warmup, args.rep, rounds=args.rounds,
+                                                          round_warmup_ms=args.round_warmup) if on_cuda else
                    report.method_record(0, 0, "host clock, median of 3 runs (not a GPU run)")),
         "config": {"argv": sys.argv[1:], "passes": cfg.passes, "hdims": cfg.hdims, "seqlens": cfg.seqlens,
                    "causal": cfg.causals, "tokens": cfg.tokens, "hidden": cfg.hidden, "dtype": "bfloat16",

@@ -12,11 +12,20 @@ from .impls import impl_order, label_of
 DASH = "-"
 
 
-def method_record(warmup_ms, rep_ms, timer_name="triton.testing.do_bench") -> dict:
+def method_record(warmup_ms, rep_ms, timer_name="triton.testing.do_bench", rounds: int = 1,
+                  round_warmup_ms: float = 0.0) -> dict:
+    per_round = rep_ms / max(1, rounds)
     return {
-        "timer": f"{timer_name}(warmup={warmup_ms} ms, rep={rep_ms} ms), CUDA events around each run",
-        "statistic": "median of the repeated runs (p20 and p80 kept as ms_p20 / ms_p80)",
+        "timer": (f"{timer_name}(warmup={warmup_ms} ms, rep={per_round:g} ms), CUDA events around "
+                  "each run"),
+        "statistic": ("median of the repeated runs (p20 and p80 kept as ms_p20 / ms_p80)"
+                      + (f"; then the median over {rounds} rounds" if rounds > 1 else "")),
         "warmup": "one checked call first (compiles), then do_bench's own estimate and warm-up runs",
+        "order": (f"per shape, after every implementation's checked call: a shared warm-up of "
+                  f"{round_warmup_ms:g} ms (each implementation in turn), then {rounds} round(s), "
+                  "each timing every implementation once, the order rotated by one per round (the "
+                  "GPU's clock falls under sustained load: timed one after another, the first "
+                  "would be favoured)"),
         "l2": ("do_bench zeroes a 256 MB buffer before every timed run, outside the timed region: the "
                "L2 cache (60 MB on an H200) is flushed, so inputs are not rotated"),
         "inputs": ("fresh random normal bf16 (never zeros), drawn once per shape and shared by all "

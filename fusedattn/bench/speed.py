@@ -2,7 +2,14 @@
 one process, every result checked against the float64 oracle on a slice of the same shape.
 
 Per grid cell (head_dim, causal, seqlen): inputs are drawn once (random normal, bf16), then for each
-implementation and pass: one call whose result is checked (it also compiles), then the timing.
+implementation and pass: one call whose result is checked (it also compiles). Then the timing, in
+rounds (SpeedConfig.rounds, default 3): a shared warm-up in which every implementation of the cell
+runs in turn for round_warmup_ms, then each round times every implementation once, the order
+rotated by one each round; an implementation's figure is the median over its rounds. Under these
+kernels the H200 runs at its 700 W power limit and its clock falls within ~0.5 s: one after
+another, each after the checks' idle time, the implementation timed first looked up to 14% faster
+(device runs 29-31, benchmarks/fp8_log.md). rounds=1 with round_warmup_ms=0 times each
+implementation once in the order of the table, after the cell's checks.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ class SpeedConfig:
     check: bool = True
     time_budget_s: float | None = None
     ref_max_elems: int = 1 << 26
+    rounds: int = 3                  # timing rounds per cell, the order rotated each round
+    round_warmup_ms: float = 500.0   # the cell's shared warm-up before the rounds (wall time)
     done_cells: set = field(default_factory=set)   # cells already measured (--resume)
 
     def cells(self) -> list[tuple[int, bool, int]]:
@@ -174,9 +183,12 @@ def _leaves(q, k, v):
 
 
 def measure(entry: dict, impl: Impl, pass_: str, inp: CellInputs, ref: CellReference | None,
-            causal: bool, scale: float, timer, device, with_grad_fwd: bool) -> None:
+            causal: bool, scale: float, timer, device, with_grad_fwd: bool,
+            deferred: list | None = None) -> None:
     """Fill ``entry`` with the check and the timing of one (implementation, pass); errors are
-    recorded in it, never raised (except a broken CUDA context)."""
+    recorded in it, never raised (except a broken CUDA context). With ``deferred`` (a list) the
+    timing is not done here: (entry, the timed callable, its grad mode) is appended for
+    time_in_rounds."""
     args, dout = inp.args_for(impl, causal)
     grad_fwd = pass_ == "fwd" and impl.fwd_with_grad and with_grad_fwd
     if grad_fwd:
@@ -228,30 +240,88 @@ def measure(entry: dict, impl: Impl, pass_: str, inp: CellInputs, ref: CellRefer
         if failed is not None:
             entry["check"] = {"error": failed}
             _after_error(device)
-    # 3. the timing
+    # 3. the timing (or, deferred, what time_in_rounds times)
     failed = None
     try:
         if pass_ == "fwd":
             result = None
             if grad_fwd:
                 leaves = _leaves(*args)
-                with torch.enable_grad():
-                    stats = timer(lambda: impl.fn(*leaves, causal, scale))
+                fn, grad = (lambda lv=leaves: impl.fn(*lv, causal, scale)), True
             else:
-                with torch.no_grad():
-                    stats = timer(lambda: impl.fn(*args, causal, scale))
+                fn, grad = (lambda a=args: impl.fn(*a, causal, scale)), False
         else:
             out, leaves, _ = result
             result = None
-            stats = timer(lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True))
-        entry.update(stats)
-        entry["tflops"] = C.tflops(entry["flops"], stats["ms"])
+            # (the tensors bound now: the names are cleared below)
+            fn = (lambda o=out, lv=leaves, d=dout: torch.autograd.grad(o, lv, d, retain_graph=True))
+            grad = None
+        if deferred is not None:
+            deferred.append((entry, fn, grad))
+        else:
+            with _grad_mode(grad):
+                stats = timer(fn)
+            entry.update(stats)
+            entry["tflops"] = C.tflops(entry["flops"], stats["ms"])
     except Exception as e:  # noqa: BLE001
         failed = C.error_text(e)
     result = out = leaves = None
     if failed is not None:
         entry["error"], entry["error_stage"] = failed, "timing"
         _after_error(device)
+
+
+def _grad_mode(grad):
+    # the grad mode a timed callable runs in: True enable_grad, False no_grad, None as it is
+    import contextlib
+    if grad is None:
+        return contextlib.nullcontext()
+    return torch.enable_grad() if grad else torch.no_grad()
+
+
+def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device) -> None:
+    """Time the cell's implementations order-fairly (see the module docstring): a shared warm-up
+    of warmup_ms (each in turn), then `rounds` rounds, each timing every implementation once
+    (timer), the order rotated by one per round. Fills each entry with the median over its rounds
+    of ms, ms_p20 and ms_p80 (the rounds' own figures in ms_rounds), reps summed, and tflops. An
+    implementation that raises is recorded as a timing error and left out of later rounds."""
+    live = list(deferred)
+
+    def fail(item, e):
+        entry = item[0]
+        entry["error"], entry["error_stage"] = C.error_text(e), "timing"
+        live.remove(item)
+        _after_error(device)
+
+    t_end = time.perf_counter() + warmup_ms / 1e3
+    while live and time.perf_counter() < t_end:
+        for item in list(live):
+            try:
+                with _grad_mode(item[2]):
+                    item[1]()
+            except Exception as e:  # noqa: BLE001
+                fail(item, e)
+    C.synchronize(device)
+    stats: dict[int, list[dict]] = {id(item[0]): [] for item in live}
+    for r in range(max(1, rounds)):
+        if not live:
+            break
+        k = r % len(live)
+        for item in live[k:] + live[:k]:
+            try:
+                with _grad_mode(item[2]):
+                    stats[id(item[0])].append(timer(item[1]))
+            except Exception as e:  # noqa: BLE001
+                fail(item, e)
+    import statistics
+    for entry, _, _ in live:
+        got = stats[id(entry)]
+        entry["ms"] = statistics.median(g["ms"] for g in got)
+        entry["ms_p20"] = statistics.median(g["ms_p20"] for g in got)
+        entry["ms_p80"] = statistics.median(g["ms_p80"] for g in got)
+        entry["reps"] = sum(g["reps"] for g in got)
+        entry["ms_rounds"] = [g["ms"] for g in got]
+        entry["tflops"] = C.tflops(entry["flops"], entry["ms"])
 
 
 def _after_error(device) -> None:
@@ -286,6 +356,7 @@ def run_cell(cell, cfg: SpeedConfig, impls: dict[str, Impl], device, timer, prog
             raise
         return entries
     ref = CellReference(inp, causal, scale, cfg.ref_max_elems) if cfg.check else None
+    deferred: list = []
     for impl in impls.values():
         try:
             why = impl.unavailable(inp.q, inp.k, inp.v, causal) if impl.family == "bf16" else None
@@ -310,7 +381,8 @@ def run_cell(cell, cfg: SpeedConfig, impls: dict[str, Impl], device, timer, prog
                     entries.append(entry)
                     continue
             try:
-                measure(entry, impl, p, inp, ref, causal, scale, timer, device, "bwd" in cfg.passes)
+                measure(entry, impl, p, inp, ref, causal, scale, timer, device, "bwd" in cfg.passes,
+                        deferred)
             except FatalCudaError as fe:
                 entry["error"] = f"CUDA context broken: {fe}"
                 entry["error_stage"] = "fatal"
@@ -326,6 +398,16 @@ def run_cell(cell, cfg: SpeedConfig, impls: dict[str, Impl], device, timer, prog
             elif isinstance(entry.get("check"), dict) and not entry["check"].get("passed", True):
                 C.log(f"[bench] {impl.name} {p} d={hdim} causal={causal} s={seqlen}: MISMATCH vs the "
                       f"float64 oracle (max abs err {entry['check']['max_abs']:.3g})")
+    try:
+        time_in_rounds(deferred, timer, cfg.rounds, cfg.round_warmup_ms, device)
+    except FatalCudaError as fe:
+        fe.entries = entries
+        raise
+    deferred.clear()
+    for entry in entries:
+        if "error" in entry and entry.get("error_stage") == "timing":
+            C.log(f"[bench] {entry['impl']} {entry['pass']} d={hdim} causal={causal} s={seqlen}: "
+                  f"{C.short_error(entry['error'])}")
     _flag_slow_flex(entries)
     del inp, ref
     C.free_memory(device)
