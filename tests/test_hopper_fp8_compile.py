@@ -682,3 +682,19 @@ def test_tile_schedule_is_cached_and_rejects_a_first_call_in_graph_capture(monke
     with pytest.raises(RuntimeError, match="CUDA graph capture"):
         F.tile_schedule(8, 1, 1000, 1000, 128, 128, 256, 32768, 64, cuda)
     F.clear_tile_schedules()
+
+
+def test_descriptor_matches_the_checked_one():
+    """forward() builds its TMA descriptors without TensorDescriptor's checks (host time per
+    launch): the fields must equal those of the checked construction, which must accept them."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    g = torch.Generator().manual_seed(2)
+    x = quantize_fp8(torch.randn(2, 300, 4, 128, generator=g).to(torch.bfloat16), role="k").data
+    for t, block, cols in ((x, 256, 128), (x, 128, 64), (F._tma_ready(x[:, 1:]), 128, 128)):
+        fast = F._descriptor(t, block, cols)
+        checked = TensorDescriptor(t, list(t.shape), list(t.stride()), [1, block, 1, cols],
+                                   F.smem_layout(cols))
+        assert fast.base is checked.base
+        for f in ("shape", "strides", "block_shape", "layout", "padding"):
+            assert getattr(fast, f) == getattr(checked, f), f
+        assert type(fast) is TensorDescriptor

@@ -1523,12 +1523,33 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
 
 
 def _descriptor(t: torch.Tensor, block: int, cols: int):
+    """The TMA descriptor of t (batch, seqlen, heads, head_dim) in boxes [1, block, 1, cols].
+
+    Built without TensorDescriptor's own checks (~10 us of Python per descriptor, three per
+    launch): t comes from _tma_ready (16-byte aligned base and strides, last stride 1), its
+    shape is positive (forward() refuses empty inputs) and the box is a power of two.
+    test_descriptor_matches_the_checked_one compares it with the checked construction."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, block, 1, cols],
-                            smem_layout(cols))
+    d = object.__new__(TensorDescriptor)
+    d.base, d.shape, d.strides = t, list(t.shape), list(t.stride())
+    d.block_shape, d.layout, d.padding = [1, block, 1, cols], smem_layout(cols), "zero"
+    return d
+
+
+@functools.lru_cache(maxsize=256)
+def _launch_consts(head_dim: int, causal: bool, cfg: "Fp8FwdConfig") -> dict:
+    # _constexprs, once per (head_dim, causal, configuration): forward() copies it per call
+    return _constexprs(head_dim, causal, cfg)
 
 
 _OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _f32(s: torch.Tensor) -> torch.Tensor:
+    # the scales as contiguous float32 (quantize_fp8 makes them so: then no call at all)
+    if s.dtype == torch.float32 and s.is_contiguous():
+        return s
+    return s.to(torch.float32).contiguous()
 
 
 def _block_size_error(kq, vq, cfg: Fp8FwdConfig) -> str | None:
@@ -1704,9 +1725,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
         raise ValueError("empty inputs are handled by the caller (seqlen_k == 0 gives zeros)")
     scale = head_dim ** -0.5 if softmax_scale is None else float(softmax_scale)
     q, k, v = _tma_ready(qq.data), _tma_ready(kq.data), _tma_ready(vq.data)
-    qs = qq.scales.to(torch.float32).contiguous()
-    ks = kq.scales.to(torch.float32).contiguous()
-    vs = vq.scales.to(torch.float32).contiguous()
+    qs, ks, vs = (_f32(t.scales) for t in (qq, kq, vq))
     dev = q.device
     out = _out if _out is not None else torch.empty((batch, seqlen_q, heads, head_dim),
                                                     dtype=out_dtype, device=dev)
@@ -1723,7 +1742,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
         if _programs is not None and _programs < 1:
             raise ValueError(f"_programs must be >= 1, got {_programs}")
         grid = (min(grid[0], _num_sms(dev), _programs or grid[0]),)
-    cx = _constexprs(head_dim, causal, cfg)
+    cx = dict(_launch_consts(head_dim, bool(causal), cfg))
     if cx["LPT"]:
         sec = lpt_section_heads(batch * heads, heads // kv_heads, seqlen_k, head_dim,
                                 cfg.l2_section_kb)
