@@ -42,9 +42,25 @@ def main():
         "SDPA cuDNN": lambda c: cudnn(qt, kt, vt, c, scale),
         "SDPA flash": lambda c: flash(qt, kt, vt, c, scale),
     }
+    if torch.cuda.get_device_capability() == (9, 0):   # the FP8 paths (session 9)
+        from fusedattn.kernels import hopper_fp8_fwd
+        qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
+        kv = {c: (fusedattn.quantize_fp8(k, role="k", rotate=True,
+                                         block_size=hopper_fp8_fwd.preferred_block(128, c)),
+                  fusedattn.quantize_fp8(v, role="v",
+                                         block_size=hopper_fp8_fwd.preferred_block(128, c)))
+              for c in (False, True)}
+        paths["fusedattn.attention_fp8 (16-bit in: 3 quantiser launches + kernel)"] = \
+            lambda c: fusedattn.attention_fp8(q, k, v, causal=c)
+        paths["fusedattn.attention_fp8 (quantised in)"] = \
+            lambda c: fusedattn.attention_fp8(qq, *kv[c], causal=c)
+        paths["hopper_fp8_fwd.forward (kernel launcher only)"] = \
+            lambda c: hopper_fp8_fwd.forward(qq, *kv[c], c, scale)
     try:
         fa3 = import_fa3()
         paths["FA3 flash_attn_func"] = lambda c: fa3.flash_attn_func(q, k, v, causal=c)
+        q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
+        paths["FA3 flash_attn_func (e4m3)"] = lambda c: fa3.flash_attn_func(q8, k8, v8, causal=c)
     except Exception as e:  # noqa: BLE001
         print(f"FA3 not available: {e!r}"[:200])
     rows = []
