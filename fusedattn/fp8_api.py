@@ -218,6 +218,11 @@ def attention_fp8(q, k, v, *, causal: bool = False, softmax_scale: float | None 
     Accuracy: the output differs from 16-bit attention by the FP8 error the accuracy study
     measures (module docstring; RESULTS.md "FP8 accuracy study"): relative RMSE ~3-6 %. Forward
     only: inputs that require grad raise (use torch.no_grad()). The inputs are not modified.
+
+    CUDA graphs: with backend "hopper", causal at head_dim 64 and 128, the first call with a new
+    shape builds the kernel's tile table on the host and copies it to the GPU (kept for the
+    process, 4 bytes per tile); that first call cannot happen inside graph capture (it raises
+    RuntimeError saying so): make the call once before capturing.
     """
     _check_args(q, k, v, causal, softmax_scale, incoherent, return_lse, seed, backend)
     rotate, seed = _rotation_of(q, k, incoherent, seed)
