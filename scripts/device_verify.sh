@@ -10,17 +10,7 @@ deadline=$(( $(date +%s) + ${2:-540} ))
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-left() { echo $(( deadline - $(date +%s) )); }
-cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
-summary=()
-step() {  # step NAME CAP_S CMD...: run with min(CAP, time left), record rc and seconds
-  local name=$1 c; c=$(cap "$2"); shift 2
-  if [ "$c" -lt 20 ]; then summary+=("$name: skipped (time)"); return; fi
-  local t0=$(date +%s)
-  timeout "$c" "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  summary+=("$name: rc=$rc in $(( $(date +%s) - t0 ))s (cap ${c}s) $(tail -1 "$out/$name.log" | cut -c1-150)")
-}
+source scripts/device_steps.sh
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv > "$out/smi.txt" 2>&1
 # SKIP_HOPPER=1: the FP8 steps only (after a change to the FP8 kernel alone)
 [ -n "${SKIP_HOPPER:-}" ] || step grid-hopper 240 env FUSEDATTN_TEST_BACKENDS=hopper python3 -m pytest -q -n 12 -p no:cacheprovider \

@@ -1256,9 +1256,14 @@ def _sched_start(num_tiles, sched_ptr, SCHED: gl.constexpr):
 
 
 @gluon.jit
-def _sched_next(sched_ptr, it):
-    # the table's entry after `it` (loaded a tile ahead; the pad entry makes the last one safe)
-    return gl.load(sched_ptr + gl.num_programs(0) + 1 + it + 1)
+def _sched_tile(sched_ptr, it, nxt, SCHED: gl.constexpr):
+    """Iteration `it`'s tile and the next one: without SCHED the tile is `it`; with it the
+    prefetched table entry, and the entry after `it` loaded a tile ahead (the table's pad entry
+    makes the last iteration's load safe)."""
+    if SCHED:
+        return nxt, gl.load(sched_ptr + gl.num_programs(0) + 1 + it + 1)
+    else:
+        return it, nxt
 
 
 @gluon.jit
@@ -1281,10 +1286,7 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
     i = gl.program_id(0) * 0  # tiles done: q_bar's phase
     lo, hi, step, nxt = _sched_start(num_tiles, sched_ptr, SCHED)
     for it in range(lo, hi, step):
-        tile = it
-        if SCHED:
-            tile = nxt
-            nxt = _sched_next(sched_ptr, it)
+        tile, nxt = _sched_tile(sched_ptr, it, nxt, SCHED)
         n_blocks = _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                   out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
@@ -1347,10 +1349,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
     i = gl.program_id(0) * 0
     lo, hi, step, nxt = _sched_start(num_tiles, sched_ptr, SCHED)
     for it in range(lo, hi, step):
-        tile = it
-        if SCHED:
-            tile = nxt
-            nxt = _sched_next(sched_ptr, it)
+        tile, nxt = _sched_tile(sched_ptr, it, nxt, SCHED)
         b, h, kvh, m_start, n_blocks, _nu = _tile_of(tile, seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N)
         if not EARLY_Q:
