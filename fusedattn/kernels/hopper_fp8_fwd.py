@@ -400,6 +400,13 @@ VARIANTS = {
     "pq256s": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
                 "sched_table": True}, ()),
+    # session 9, end (fp8_log.md): the same persistent form at hdim 256 (128-key tiles), where
+    # each tile spends ~4.4 key blocks outside its key loop (run 35's stamps). Spills 44 B causal
+    # / 84 B non-causal whatever the register split (232-248 / 24-48 tried): scalars of the tile
+    # loop in both consumer warpgroups, reloaded per tile; none inside a key-block loop (SASS
+    # checked on the CPU). Not yet run on a GPU
+    "pq128": ({"persistent": True, "early_q": True, "sched_table": True,
+               "causal_mask_only": True}, (256,)),
 }
 
 
