@@ -698,3 +698,47 @@ def test_descriptor_matches_the_checked_one():
         for f in ("shape", "strides", "block_shape", "layout", "padding"):
             assert getattr(fast, f) == getattr(checked, f), f
         assert type(fast) is TensorDescriptor
+
+
+def test_split_mask_is_the_same_mask():
+    """mask_split tests key column c against a limit as (c & ~6) <= limit - (c & 6) (and the
+    bounds as (c & ~6) < seqlen_k - start - (c & 6)): the same set for every c and limit, since
+    c = (c & ~6) + (c & 6)."""
+    c = torch.arange(256).view(1, -1)
+    lim = torch.arange(-300, 600).view(-1, 1)
+    assert torch.equal(((c & -7) <= lim - (c & 6)), c <= lim)
+    assert torch.equal(((c & -7) < lim - (c & 6)), c < lim)
+
+
+def test_split_mask_compiles_to_32_bit_compares():
+    """The candidate's point (CPU, sm_90a): the masked key loop of the hdim 128 causal 256-key row
+    compares each score in 32 bits (no per-score ISETP .EX) and is shorter than the row's."""
+    import subprocess
+    import sys
+    code = r"""
+import re, collections
+from fusedattn import inspect as fi
+from fusedattn.kernels import hopper_fp8_fwd as F
+def masked_loop(cfg):
+    k = F.compile_sm90(128, True, cfg)
+    ins = fi.sass_instructions(fi.sass_counts(k.asm["cubin"])["sass"])
+    best = None
+    for a, t in ins:
+        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a:
+            body = [x for x in ins if int(m.group(1), 16) <= x[0] <= a]
+            if any("QGMMA" in x[1] for x in body) and sum("FSEL" in x[1] for x in body) > 100:
+                if best is None or len(body) < len(best):
+                    best = body
+    return len(best), sum(1 for _, t in best if re.search(r"ISETP[.\w]*\.EX\b", t))
+print(list(masked_loop(F.get_config(128, True, 256)) + masked_loop(F.variant_config("ms256c", 128, True))))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    row_n, row_ex, ms_n, ms_ex = json.loads(out.stdout.strip().splitlines()[-1])
+    # per score: the row's 128 scores per thread each take a 64-bit compare (two ISETP, one .EX);
+    # the split form has none (the 3 left are the loop's own 64-bit tests, not per score)
+    assert row_ex >= 128 and ms_ex < 8
+    assert ms_n < row_n - 150

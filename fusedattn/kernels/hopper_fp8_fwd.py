@@ -170,7 +170,10 @@ class Fp8FwdConfig:
                                   # sharing one warpgroup (producer_regs each); Triton's membar
                                   # pass then puts no barrier around the copies (one warp) and
                                   # the transposer's warps issue no copy code
-    # --- session-9 candidate (fp8_log.md, session 9), off until measured on a GPU ---
+    # --- session-9 candidates (fp8_log.md, session 9), off until measured on a GPU ---
+    mask_split: bool = False   # the masked blocks' compares as (c & ~6) <= limit - (c & 6): one
+                               # 32-bit compare with an immediate per score instead of a 64-bit
+                               # one (kernel SOFTMAX_FMA bit 1; the same mask)
     sched_table: bool = False  # persistent, causal: each program walks its own list of tiles
                                # from a host-built table (tile_schedule: the one-tile grid's
                                # longest-first order over L2 sections, each tile given to the
@@ -407,6 +410,14 @@ VARIANTS = {
     # checked on the CPU). Not yet run on a GPU
     "pq128": ({"persistent": True, "early_q": True, "sched_table": True,
                "causal_mask_only": True}, (256,)),
+    # session 9, end (fp8_log.md): the masked blocks' compares in the split form (mask_split):
+    # 32-bit compares with immediates, 1 per score (the rows: a 64-bit compare, 2 ISETP, and
+    # 0.5 LOP3 per score). hdim 128 causal masked block 1275 -> 1080 instructions (unmasked 815).
+    # Not yet run on a GPU; on the 256-key causal rows (ms256c) and hdim 256's rows (ms)
+    "ms": ({"mask_split": True}, (256,)),
+    "ms256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                "causal_mask_only": True, "persistent": True, "early_q": True,
+                "sched_table": True, "mask_split": True}, (64, 128)),
 }
 
 
@@ -832,14 +843,32 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
     so fl(max(s) * f) == max(fl(s * f)): m is bit-identical), and the exponent
     s * f - (m - 8) is one FFMA per score instead of an FMUL and an FADD (P differs by the
     rounding of that one product, below e4m3's resolution). Needs f > 0: forward() falls back
-    to the plain form when softmax_scale <= 0 (quantize_fp8's scales are > 0)."""
+    to the plain form when softmax_scale <= 0 (quantize_fp8's scales are > 0).
+
+    FMA is the kernel's SOFTMAX_FMA: bit 0 the FMA form above, bit 1 the split mask (switch
+    mask_split): each key column c = (c & ~6) + (c & 6), where c & 6 is the same for every column
+    a thread holds in the wgmma accumulator layout (2 * (lane % 4)) and c & ~6 a constant per
+    register, so `c <= limit` is tested as `(c & ~6) <= limit - (c & 6)`: one 32-bit compare
+    with an immediate per score (the plain form compares 64-bit: LLVM widens the block index)."""
     f = row_f * k_sc
-    if FMA:
+    if FMA & 1:
         qk = s_acc
     else:
         # scores in log2 units: acc * q_scale[row] * k_scale[j] * softmax_scale * log2(e)
         qk = s_acc * gl.expand_dims(f, 1)
-    if MASK:
+    if MASK and (FMA & 2):
+        offs = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        hi = gl.expand_dims(offs & -7, 0)    # the column within the block, c & ~6
+        lo = gl.expand_dims(offs & 6, 0)     # and c & 6 (per thread)
+        lim_c = gl.expand_dims(rows + (causal_off - j * BLOCK_N), 1)   # key - block start <= this
+        if CAUSAL == 2:
+            valid = hi <= lim_c - lo
+        else:
+            valid = hi < (seqlen_k - j * BLOCK_N) - lo
+            if CAUSAL:
+                valid = valid & (hi <= lim_c - lo)
+        qk = gl.where(valid, qk, float("-inf"))
+    elif MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         if CAUSAL == 2:
             # causal_mask_only: bottom-right causal implies key <= row + seqlen_k - seqlen_q <
@@ -850,7 +879,7 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
             if CAUSAL:
                 valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
-    if FMA:
+    if FMA & 1:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1) * f)
     else:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1))
@@ -860,7 +889,7 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
     else:
         m_use = m_new
     # P * 2**8 = exp2(qk - (m - 8)) in [0, 256] (FA3's FP8 trick: the scale is in the exponent)
-    if FMA:
+    if FMA & 1:
         p = gl.exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)))
     else:
         p = gl.exp2(qk - gl.expand_dims(m_use - 8.0, 1))
@@ -1756,8 +1785,8 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
         if max(grid[1:]) > 65535:   # CUDA's limit on grid y / z: the 1-D (batch, head)-major order
             cx["LPT"] = False
             grid = (batch * heads * num_m_tiles,)
-    if cx["SOFTMAX_FMA"] and not scale > 0:   # the raw-score max needs a positive scale
-        cx["SOFTMAX_FMA"] = False
+    if cx["SOFTMAX_FMA"] & 1 and not scale > 0:   # the raw-score max needs a positive scale
+        cx["SOFTMAX_FMA"] = 2 if cx["SOFTMAX_FMA"] & 2 else False
     if cx["SCHED"]:
         sched = tile_schedule(batch * heads, heads // kv_heads, seqlen_q, seqlen_k, head_dim,
                               cfg.block_m, cfg.block_n, cfg.l2_section_kb, grid[0], dev)
@@ -1807,7 +1836,8 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     return dict(CAUSAL=causal_cx, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                PREFETCH=cfg.prefetch_scales, SOFTMAX_FMA=cfg.softmax_fma,
+                PREFETCH=cfg.prefetch_scales,
+                SOFTMAX_FMA=(int(cfg.softmax_fma) | 2) if cfg.mask_split else cfg.softmax_fma,
                 PACK_P=(2 if cfg.pack_p and cfg.unpack_prmt else cfg.pack_p),
                 PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent,
                 LDSM_T=2 if cfg.diag_no_transpose else cfg.ldsm_transpose,
