@@ -498,6 +498,13 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     table = args["sched_ptr"].tolist()
     assert table[:25] == list(range(25)) and sorted(table[25:-1]) == list(range(24))
     assert len(table) == 25 + 24 + 1
+    # _programs (tests, sanitizer): caps the persistent grid; refused where there is none
+    F.forward(qq, k256, v256, True, 0.1, _programs=5)
+    assert seen["grid"] == (5,) and len(dict(zip(positional, seen["args"]))["sched_ptr"]) == 6 + 24 + 1
+    with pytest.raises(ValueError, match="_programs must be >= 1"):
+        F.forward(qq, k256, v256, True, 0.1, _programs=0)
+    with pytest.raises(ValueError, match="_programs caps the persistent loop"):
+        F.forward(qq, k256, v256, False, 0.1, _programs=5)
     # hdim 256 (128-key tiles only) with 256-row blocks: each scale repeated per tile
     q3 = torch.randn(1, 200, 2, 256, generator=g).to(torch.bfloat16)
     k3 = torch.randn(1, 260, 2, 256, generator=g).to(torch.bfloat16)

@@ -1773,6 +1773,9 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     v_desc = _descriptor(v, 128, 64)      # boxes of 128 keys (BLOCK_N // 128 per key block)
     num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
     grid = (batch * heads * num_m_tiles,)
+    if _programs is not None and not cfg.persistent:
+        raise ValueError("_programs caps the persistent loop's grid; this configuration runs one "
+                         "program per tile")
     if cfg.persistent:
         if _programs is not None and _programs < 1:
             raise ValueError(f"_programs must be >= 1, got {_programs}")
