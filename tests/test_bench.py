@@ -429,3 +429,47 @@ def test_time_in_rounds_rotates_the_order_and_takes_medians():
     assert entries["a"]["tflops"] == pytest.approx(1e12 / 2e-3 / 1e12)
     assert "c broke" in entries["c"]["error"] and entries["c"]["error_stage"] == "timing"
     assert "ms" not in entries["c"]
+
+
+def test_a_broken_context_in_the_rounds_marks_the_shape_fatal(monkeypatch):
+    """A CUDA context broken during the rounds: every entry of the rounds without a figure is
+    marked fatal (so that --resume runs the shape again), the error propagates as
+    FatalCudaError with the shape's entries, and a failed implementation's tensors are dropped."""
+    from fusedattn.bench import speed
+
+    broken = {"now": False}
+    monkeypatch.setattr(C, "cuda_broken", lambda device: "illegal address" if broken["now"] else None)
+
+    def timer(fn):
+        fn()
+        return {"ms": 1.0, "ms_p20": 1.0, "ms_p80": 1.0, "reps": 1}
+
+    def boom():
+        broken["now"] = True
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    entries = [{"impl": n, "pass": "fwd", "flops": 1e9} for n in "abc"]
+    deferred = [(entries[0], lambda: None, None), (entries[1], boom, None), (entries[2], lambda: None, None)]
+    with pytest.raises(speed.FatalCudaError):
+        speed.time_in_rounds(deferred, timer, rounds=3, warmup_ms=0.0, device="cpu")
+    assert len(deferred) == 2 and all(d[0]["impl"] != "b" for d in deferred)
+    assert entries[1]["error_stage"] == "timing" and "illegal memory" in entries[1]["error"]
+
+    # through run_cell: the shape's entries come back on the exception, the untimed ones fatal
+    broken["now"] = False
+    impls, _ = discover(["sdpa-flash"], "cpu")
+    real = speed.time_in_rounds
+
+    def breaking(deferred, *a, **k):
+        broken["now"] = True
+        deferred[0][0]["error"], deferred[0][0]["error_stage"] = "boom", "timing"
+        speed._after_error("cpu")
+
+    monkeypatch.setattr(speed, "time_in_rounds", breaking)
+    cfg = SpeedConfig(hdims=(16,), seqlens=(32,), causals=(False,), tokens=64, hidden=32)
+    with pytest.raises(speed.FatalCudaError) as info:
+        speed.run_cell((16, False, 32), cfg, impls, "cpu", C.cpu_timer(reps=1, warmup=0))
+    got = info.value.entries
+    assert got and all(e["error_stage"] == "fatal" for e in got if "ms" not in e)
+    assert any(e["error_stage"] == "fatal" for e in got)
+    monkeypatch.setattr(speed, "time_in_rounds", real)

@@ -266,7 +266,8 @@ def _gpu_main(args, cfg, selection, mem_seqlens, device) -> int:
     results = {
         "schema": C.SCHEMA, "env": env, "method": (report.method_record(args.warmup, args.rep, rounds=args.rounds,
                                                           round_warmup_ms=args.round_warmup) if on_cuda else
-                   report.method_record(0, 0, "host clock, median of 3 runs (not a GPU run)")),
+                   report.method_record(0, 0, "host clock, median of 3 runs (not a GPU run)",
+                                        rounds=args.rounds, round_warmup_ms=args.round_warmup)),
         "config": {"argv": sys.argv[1:], "passes": cfg.passes, "hdims": cfg.hdims, "seqlens": cfg.seqlens,
                    "causal": cfg.causals, "tokens": cfg.tokens, "hidden": cfg.hidden, "dtype": "bfloat16",
                    "backends": selection, "warmup_ms": args.warmup, "rep_ms": args.rep, "seed": args.seed,

@@ -284,35 +284,49 @@ def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device)
     of warmup_ms (each in turn), then `rounds` rounds, each timing every implementation once
     (timer), the order rotated by one per round. Fills each entry with the median over its rounds
     of ms, ms_p20 and ms_p80 (the rounds' own figures in ms_rounds), reps summed, and tflops. An
-    implementation that raises is recorded as a timing error and left out of later rounds."""
+    implementation that raises is recorded as a timing error, left out of later rounds and
+    dropped from ``deferred`` (its tensors released); a broken CUDA context raises
+    FatalCudaError (run_cell marks the entries not timed)."""
     live = list(deferred)
 
-    def fail(item, e):
-        entry = item[0]
-        entry["error"], entry["error_stage"] = C.error_text(e), "timing"
+    def run(item, fn):
+        # fn(item) with the item's grad mode; an error is recorded and the item dropped, and the
+        # clean-up runs outside the except block (so that the failed call's frames are released)
+        failed = None
+        try:
+            with _grad_mode(item[2]):
+                fn(item)
+        except Exception as e:  # noqa: BLE001
+            failed = C.error_text(e)
+        if failed is None:
+            return
+        item[0]["error"], item[0]["error_stage"] = failed, "timing"
         live.remove(item)
+        deferred.remove(item)
+        item = None
         _after_error(device)
 
     t_end = time.perf_counter() + warmup_ms / 1e3
     while live and time.perf_counter() < t_end:
         for item in list(live):
-            try:
-                with _grad_mode(item[2]):
-                    item[1]()
-            except Exception as e:  # noqa: BLE001
-                fail(item, e)
-    C.synchronize(device)
+            run(item, lambda it: it[1]())
+    failed = None
+    try:   # an asynchronous fault of a warm-up launch surfaces here
+        C.synchronize(device)
+    except Exception as e:  # noqa: BLE001
+        failed = C.error_text(e)
+    if failed is not None:
+        _after_error(device)    # raises FatalCudaError when the context is broken
+        for item in list(live):
+            item[0]["error"], item[0]["error_stage"] = f"after the warm-up: {failed}", "timing"
+        live.clear()
     stats: dict[int, list[dict]] = {id(item[0]): [] for item in live}
     for r in range(max(1, rounds)):
         if not live:
             break
         k = r % len(live)
-        for item in live[k:] + live[:k]:
-            try:
-                with _grad_mode(item[2]):
-                    stats[id(item[0])].append(timer(item[1]))
-            except Exception as e:  # noqa: BLE001
-                fail(item, e)
+        for item in live[k:] + live[:k]:   # (an item leaves `live` only by its own failure)
+            run(item, lambda it: stats[id(it[0])].append(timer(it[1])))
     import statistics
     for entry, _, _ in live:
         got = stats[id(entry)]
@@ -398,9 +412,16 @@ def run_cell(cell, cfg: SpeedConfig, impls: dict[str, Impl], device, timer, prog
             elif isinstance(entry.get("check"), dict) and not entry["check"].get("passed", True):
                 C.log(f"[bench] {impl.name} {p} d={hdim} causal={causal} s={seqlen}: MISMATCH vs the "
                       f"float64 oracle (max abs err {entry['check']['max_abs']:.3g})")
+    timed = [item[0] for item in deferred]
     try:
         time_in_rounds(deferred, timer, cfg.rounds, cfg.round_warmup_ms, device)
     except FatalCudaError as fe:
+        # every entry of the rounds without a figure (the one that broke the context too) is
+        # fatal, so that --resume runs the shape again
+        for entry in timed:
+            if "ms" not in entry:
+                entry["error"] = f"CUDA context broken: {fe}"
+                entry["error_stage"] = "fatal"
         fe.entries = entries
         raise
     deferred.clear()
