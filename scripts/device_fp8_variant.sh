@@ -27,6 +27,7 @@ if grep "\"variant\": \"$var\"" "$out/dev/check.jsonl" 2>/dev/null | grep -q '"o
 summary+=("checks of $var: $([ $ok = 1 ] && echo passed || echo 'FAILED or missing: no timing')")
 dims=$(echo "$cells" | tr ';' '\n' | cut -d, -f1 | sort -u)
 CS="compute-sanitizer --print-limit 0 --error-exitcode 9"
+export FP8_CASE_PROGRAMS=${FP8_CASE_PROGRAMS:-3}   # a persistent candidate: several tiles per program
 for d in $dims; do
   for c in 0 1; do
     step "mem_${d}_${c}" 60 $CS --tool memcheck python3 scripts/fp8_variant_case.py "$d" "$c" "$var"

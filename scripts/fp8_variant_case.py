@@ -4,7 +4,8 @@ oracle of the quantised inputs (fusedattn.fp8_check.judge_fp8) so that a silent 
 
     compute-sanitizer --tool racecheck python scripts/fp8_variant_case.py HEAD_DIM CAUSAL [VARIANT]
 (FP8_CASE_SHAPE=batch,seqlen_q,seqlen_k,heads,kv_heads picks the shape; default 2,300,700,4,2;
-FP8_CASE_PROGRAMS=n caps a persistent loop's grid at n programs: several tiles per program)
+FP8_CASE_PROGRAMS=n caps a persistent loop's grid at n programs, so that each runs several tiles;
+ignored for a configuration without one)
 """
 import os
 import sys
@@ -29,7 +30,7 @@ out = torch.full((b, sq, h, d), float("nan"), device="cuda", dtype=torch.bfloat1
 lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
 progs = os.environ.get("FP8_CASE_PROGRAMS")
 F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _out=out, _lse=lse,
-          _programs=int(progs) if progs else None)
+          _programs=int(progs) if progs and cfg.persistent else None)
 torch.cuda.synchronize()
 rec = judge_fp8(q, k, v, qq, kq, vq, out, lse, causal, d ** -0.5)
 print("fp8_variant_case:", "ok" if rec["ok"] else f"FAILED {rec['failures']}", d, int(causal),
