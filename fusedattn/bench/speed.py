@@ -183,12 +183,10 @@ def _leaves(q, k, v):
 
 
 def measure(entry: dict, impl: Impl, pass_: str, inp: CellInputs, ref: CellReference | None,
-            causal: bool, scale: float, timer, device, with_grad_fwd: bool,
-            deferred: list | None = None) -> None:
-    """Fill ``entry`` with the check and the timing of one (implementation, pass); errors are
-    recorded in it, never raised (except a broken CUDA context). With ``deferred`` (a list) the
-    timing is not done here: (entry, the timed callable, its grad mode) is appended for
-    time_in_rounds."""
+            causal: bool, scale: float, device, with_grad_fwd: bool, deferred: list) -> None:
+    """Fill ``entry`` with the check of one (implementation, pass) and append (entry, the
+    callable to time, its grad mode) to ``deferred`` for time_in_rounds; errors are recorded
+    in the entry, never raised (except a broken CUDA context)."""
     args, dout = inp.args_for(impl, causal)
     grad_fwd = pass_ == "fwd" and impl.fwd_with_grad and with_grad_fwd
     if grad_fwd:
@@ -240,7 +238,7 @@ def measure(entry: dict, impl: Impl, pass_: str, inp: CellInputs, ref: CellRefer
         if failed is not None:
             entry["check"] = {"error": failed}
             _after_error(device)
-    # 3. the timing (or, deferred, what time_in_rounds times)
+    # 3. what time_in_rounds times
     failed = None
     try:
         if pass_ == "fwd":
@@ -256,13 +254,7 @@ def measure(entry: dict, impl: Impl, pass_: str, inp: CellInputs, ref: CellRefer
             # (the tensors bound now: the names are cleared below)
             fn = (lambda o=out, lv=leaves, d=dout: torch.autograd.grad(o, lv, d, retain_graph=True))
             grad = None
-        if deferred is not None:
-            deferred.append((entry, fn, grad))
-        else:
-            with _grad_mode(grad):
-                stats = timer(fn)
-            entry.update(stats)
-            entry["tflops"] = C.tflops(entry["flops"], stats["ms"])
+        deferred.append((entry, fn, grad))
     except Exception as e:  # noqa: BLE001
         failed = C.error_text(e)
     result = out = leaves = None
@@ -395,7 +387,7 @@ def run_cell(cell, cfg: SpeedConfig, impls: dict[str, Impl], device, timer, prog
                     entries.append(entry)
                     continue
             try:
-                measure(entry, impl, p, inp, ref, causal, scale, timer, device, "bwd" in cfg.passes,
+                measure(entry, impl, p, inp, ref, causal, scale, device, "bwd" in cfg.passes,
                         deferred)
             except FatalCudaError as fe:
                 entry["error"] = f"CUDA context broken: {fe}"
