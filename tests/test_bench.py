@@ -397,7 +397,7 @@ def test_git_commit_of_a_checkout_and_of_an_archive_inside_another_checkout(tmp_
 
 
 def test_time_in_rounds_rotates_the_order_and_takes_medians():
-    """The order-fair timing: after a shared warm-up, each round times every implementation once,
+    """The order-fair timing: after a shared warm-up (if any), each round times every implementation once,
     the order rotated by one per round; each figure is the median over its rounds; one that raises
     is recorded as a timing error and left out of later rounds."""
     from fusedattn.bench.speed import time_in_rounds

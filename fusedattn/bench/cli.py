@@ -74,16 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tokens", type=int, default=C.TOKENS, help=argparse.SUPPRESS)
     g.add_argument("--hidden", type=int, default=C.HIDDEN, help=argparse.SUPPRESS)
     t = p.add_argument_group("timing")
-    t.add_argument("--warmup", type=float, default=C.WARMUP_MS, help="do_bench warm-up, ms (default 25)")
+    t.add_argument("--warmup", type=float, default=C.WARMUP_MS, help="each implementation's own warm-up right before each of its timings (do_bench's warm-up), ms (default 300)")
     t.add_argument("--rep", type=float, default=C.REP_MS, help="do_bench repetition time, ms (default 100)")
     t.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="start no new shape after this many seconds; the rest is listed for --resume")
     t.add_argument("--rounds", type=int, default=3,
                    help="timing rounds per shape, the order of the implementations rotated each "
                         "round; each round's do_bench repeats for rep / rounds ms (default 3)")
-    t.add_argument("--round-warmup", type=float, default=500.0, metavar="MS",
-                   help="the shape's shared warm-up before its rounds, every implementation in "
-                        "turn, ms of wall time (default 500)")
+    t.add_argument("--round-warmup", type=float, default=0.0, metavar="MS",
+                   help="a shared warm-up of the shape before its rounds, every implementation in "
+                        "turn, ms of wall time (default 0: each has its own, --warmup)")
     t.add_argument("--seed", type=int, default=0)
     o = p.add_argument_group("output")
     o.add_argument("--out", default=None,

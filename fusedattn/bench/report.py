@@ -20,12 +20,15 @@ def method_record(warmup_ms, rep_ms, timer_name="triton.testing.do_bench", round
                   "each run"),
         "statistic": ("median of the repeated runs (p20 and p80 kept as ms_p20 / ms_p80)"
                       + (f"; then the median over {rounds} rounds" if rounds > 1 else "")),
-        "warmup": "one checked call first (compiles), then do_bench's own estimate and warm-up runs",
-        "order": (f"per shape, after every implementation's checked call: a shared warm-up of "
-                  f"{round_warmup_ms:g} ms (each implementation in turn), then {rounds} round(s), "
-                  "each timing every implementation once, the order rotated by one per round (the "
-                  "GPU's clock falls under sustained load: timed one after another, the first "
-                  "would be favoured)"),
+        "warmup": (f"one checked call first (compiles); then, right before each timing, the "
+                   f"implementation alone for {warmup_ms:g} ms (do_bench's warm-up: the GPU's "
+                   "clock under its power limit depends on the last ~0.5 s of load, so each is "
+                   "timed at its own steady state, not its neighbour's)"),
+        "order": ("per shape, after every implementation's checked call: "
+                  + (f"a shared warm-up of {round_warmup_ms:g} ms (each implementation in turn), "
+                     "then " if round_warmup_ms else "")
+                  + f"{rounds} round(s), each timing every implementation once, the order rotated "
+                  "by one per round"),
         "l2": ("do_bench zeroes a 256 MB buffer before every timed run, outside the timed region: the "
                "L2 cache (60 MB on an H200) is flushed, so inputs are not rotated"),
         "inputs": ("fresh random normal bf16 (never zeros), drawn once per shape and shared by all "

@@ -3,13 +3,17 @@ one process, every result checked against the float64 oracle on a slice of the s
 
 Per grid cell (head_dim, causal, seqlen): inputs are drawn once (random normal, bf16), then for each
 implementation and pass: one call whose result is checked (it also compiles). Then the timing, in
-rounds (SpeedConfig.rounds, default 3): a shared warm-up in which every implementation of the cell
-runs in turn for round_warmup_ms, then each round times every implementation once, the order
-rotated by one each round; an implementation's figure is the median over its rounds. Under these
-kernels the H200 runs at its 700 W power limit and its clock falls within ~0.5 s: one after
-another, each after the checks' idle time, the implementation timed first looked up to 14% faster
-(device runs 29-31, benchmarks/fp8_log.md). rounds=1 with round_warmup_ms=0 times each
-implementation once in the order of the table, after the cell's checks.
+rounds (SpeedConfig.rounds, default 3): each round times every implementation once, the order
+rotated by one each round, and each timing starts with the implementation's own warm-up (the
+timer's, 300 ms by default); an implementation's figure is the median over its rounds. Under
+these kernels the H200 runs at its 700 W power limit and its clock falls within ~0.5 s, so a
+kernel's speed depends on what ran just before it: one after another, each after the checks'
+idle time, the implementation timed first looked up to 14% faster (device runs 29-31); after a
+shared warm-up with short timings, each implementation ran at its neighbour's clock, and ratios
+between two kernels moved by up to 10% with the set of columns (runs 39, 42-43). With 300 ms of
+its own load before each timing, the round-to-round spread of one implementation stays within a
+few percent (run 43, scripts/timing_protocols.py). round_warmup_ms > 0 adds a shared warm-up of
+the cell before the rounds.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class SpeedConfig:
     time_budget_s: float | None = None
     ref_max_elems: int = 1 << 26
     rounds: int = 3                  # timing rounds per cell, the order rotated each round
-    round_warmup_ms: float = 500.0   # the cell's shared warm-up before the rounds (wall time)
+    round_warmup_ms: float = 0.0     # a shared warm-up of the cell before the rounds (wall time)
     done_cells: set = field(default_factory=set)   # cells already measured (--resume)
 
     def cells(self) -> list[tuple[int, bool, int]]:
@@ -273,8 +277,8 @@ def _grad_mode(grad):
 
 def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device) -> None:
     """Time the cell's implementations order-fairly (see the module docstring): a shared warm-up
-    of warmup_ms (each in turn), then `rounds` rounds, each timing every implementation once
-    (timer), the order rotated by one per round. Fills each entry with the median over its rounds
+    of warmup_ms (each in turn; none when 0), then `rounds` rounds, each timing every
+    implementation once (timer, which brings its own warm-up), the order rotated by one per round. Fills each entry with the median over its rounds
     of ms, ms_p20 and ms_p80 (the rounds' own figures in ms_rounds), reps summed, and tflops. An
     implementation that raises is recorded as a timing error, left out of later rounds and
     dropped from ``deferred`` (its tensors released); a broken CUDA context raises

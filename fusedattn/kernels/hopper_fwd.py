@@ -86,6 +86,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+# the timing diagnostic's clock stamps (diag_stamps) are the FP8 kernel's
+from .hopper_fp8_fwd import _CLOCK, _GTIMER, _SMID, _stamp
+
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
@@ -158,6 +161,11 @@ class FwdConfig:
                                     # barrier 0, count NUM_CONSUMERS) and waits for the others
     # (bit 8, compile-time Q buffer indices with three consumers, passed in device run 20 and is
     # now the only form)
+    # --- timing diagnostic (session 10), off, never in the table: QPF_DIAG bit 16, persistent
+    # rows with two consumer warpgroups and no q_prefetch; forward() runs it only with
+    # _diagnostic=True (it overwrites lse) ---
+    diag_stamps: bool = False       # SM clock stamps of each tile's phases over the tile's first
+                                    # 16 lse entries (scripts/hopper_tile_phases.py reads them)
 
     @property
     def num_warps(self) -> int:
@@ -357,9 +365,17 @@ VARIANTS = {
     "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1}, (128, 64)),
     # hdim 64 non-causal's row before run 19 (static persistent order, one Q buffer)
     "no_qpf": ({"q_prefetch": False, "scheduler": 0}, (64,)),
+    # session 10: pingpong on the shipped (persistent) rows at hdim 128 / 256. FA3 orders its two
+    # consumer warpgroups' GEMMs (scheduler barriers) together with the intra-warpgroup overlap
+    # at hdim 128; our pingpong was measured flat only on the non-persistent v3 rows (runs 2-5).
+    # With tiles of 16 key blocks (seqlen 2k) a warpgroup's epilogue and first softmax could run
+    # under the other's GEMMs. pp2: FA3's placement with named barriers; pp1: with mbarriers
+    "pp2": ({"pingpong": True, "pingpong_mode": 2}, (128, 256)),
+    "pp1": ({"pingpong": True, "pingpong_mode": 1}, (128, 256)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
-ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf"}
+ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
+            "pp2", "pp1"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -708,7 +724,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
 
     kv_base / turn_base: K/V ring and pingpong-turn counters at the start of the tile (0 for the
     one-tile-per-program grid; carried across tiles when PERSISTENT); q_phase: phase of q_bar.
-    DIAG (TMA_STORE == 3 only): the QPF_DIAG bits of the kernel (FwdConfig.diag_*).
+    DIAG: the QPF_DIAG bits of the kernel (FwdConfig.diag_*); bit 16 (diag_stamps) writes SM
+    clock stamps of the tile's phases as int64 over its first 16 lse entries: warpgroup 0's
+    thread 0 at 0 entry, 1 Q arrived, 2 block 0's softmax done, 3 last P V done, 4 epilogue
+    issued, 6 SM id, 7 global timer; warpgroup 1's at 5 last P V done.
     Returns the counters after the tile.
     """
     M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
@@ -735,6 +754,12 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     acc = gl.zeros([M_WG, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
 
+    stamp_base = (b * heads + h) * seqlen_q + m_start  # diag_stamps
+    if DIAG & 16:
+        if WG == 0:
+            _stamp(lse_ptr, stamp_base, 0, _CLOCK)
+            _stamp(lse_ptr, stamp_base, 6, _SMID)
+            _stamp(lse_ptr, stamp_base, 7, _GTIMER)
     n_tile = n_blocks
     if WGB:
         if CAUSAL:
@@ -752,6 +777,9 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             n_unmasked = gl.minimum(n_unmasked, n_blocks)
 
     mbarrier.wait(q_bar, q_phase)
+    if DIAG & 16:
+        if WG == 0:
+            _stamp(lse_ptr, stamp_base, 1, _CLOCK)
     if TMA_STORE == 3:
         if not OVERLAP:
             _release_q_buffer(q_empty)
@@ -785,6 +813,9 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                                                  qk_scale, n_unmasked, True if SPLIT else 2,
                                                  CAUSAL, BLOCK_N, s_layout, FMA)
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
+            if DIAG & 16:
+                if WG == 0:
+                    _stamp(lse_ptr, stamp_base, 2, _CLOCK)
         if SPLIT:
             # v8: the unmasked blocks and the masked ones in two loops, each with one softmax in
             # its body (one loop with both spent 2x the instruction working set in the hot loop:
@@ -826,6 +857,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 _turn_pass(turn_bars, WG, PINGPONG)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
+            if DIAG & 16:
+                _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
         if PP_MODE == 0:
             turns = gl.where(n_blocks > 0, n_blocks + 1, 0)
         else:
@@ -858,6 +891,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             turns = gl.where(n_blocks > 0, n_blocks + 1, 0)
         else:
             turns = n_blocks
+        if DIAG & 16:  # (no block-0 stamp 2 without the overlap)
+            _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
         if PERSISTENT:
             if TMA_STORE != 1:
                 if TMA_STORE != 3:
@@ -929,7 +964,12 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < D_REAL, 0)
         gl.store(o_ptrs, out.to(dtype), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
-    gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+    if DIAG & 16:  # the stamps own the tile's first 16 lse entries
+        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 16))
+        if WG == 0:
+            _stamp(lse_ptr, stamp_base, 4, _CLOCK)
+    else:
+        gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
     return kv_base + n_tile, turn_base + turns
 
 
@@ -996,7 +1036,8 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                          TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                          NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                         SPLIT: gl.constexpr = False, WGB: gl.constexpr = False):
+                         SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
+                         DIAG: gl.constexpr = 0):
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -1014,7 +1055,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          m_start, n_blocks, n_unmasked,
                          WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
                          c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE,
-                         NC, FMA, WGB, SPLIT)
+                         NC, FMA, WGB, SPLIT, 0, DIAG)
         i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -1029,12 +1070,13 @@ def _consumer_persistent_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                             SPLIT: gl.constexpr = False, WGB: gl.constexpr = False):
+                             SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
+                             DIAG: gl.constexpr = 0):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG)
 
 
 @gluon.jit
@@ -1046,12 +1088,13 @@ def _consumer_persistent_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
-                             SPLIT: gl.constexpr = False, WGB: gl.constexpr = False):
+                             SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
+                             DIAG: gl.constexpr = 0):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG)
 
 
 @gluon.jit
@@ -1340,7 +1383,7 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                                  sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
                                  WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
                                  PINGPONG, c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE,
-                                 PP_MODE, NC, FMA, WGB, SPLIT)
+                                 PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG)
                 i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -1430,9 +1473,10 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     # DYNAMIC (with PERSISTENT, v5): FA3's dynamic longest-first schedule (_producer_dynamic):
     # tile_counter an int32 in global memory (0 at launch, 0 again at exit), l2_heads the
     # (batch, head)s per L2 section.
-    # QPF_DIAG (TMA_STORE == 3 only, 0 otherwise): diagnostic bits (FwdConfig.diag_*,
-    # _qpf_diag_bits): 1 fence after the mbarrier inits, 2 O store waited at each tile's end,
-    # 4 consumer warpgroups leave together, 8 Q buffer indices as constants.
+    # QPF_DIAG: diagnostic bits (FwdConfig.diag_*, _qpf_diag_bits), 0 in every shipped row:
+    # with TMA_STORE == 3, 1 fence after the mbarrier inits, 2 O store waited at each tile's end,
+    # 4 consumer warpgroups leave together (8: Q buffer indices as constants, now the only form);
+    # 16 (diag_stamps, persistent with two consumer warpgroups) clock stamps per tile.
     pid = gl.program_id(0)
     bh = pid // num_m_tiles
     pid_m = pid % num_m_tiles
@@ -1598,12 +1642,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -1636,12 +1680,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG)),
                 (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
@@ -1963,6 +2007,11 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
     bits = 1 * cfg.diag_fence_init + 2 * cfg.diag_store_wait + 4 * cfg.diag_joint_exit
     if bits and not cfg.q_prefetch:
         raise ValueError("the diag_* switches act only with q_prefetch")
+    if cfg.diag_stamps:
+        if not (cfg.persistent and cfg.num_consumers == 2 and not cfg.q_prefetch):
+            raise ValueError("diag_stamps: persistent rows with two consumer warpgroups and no "
+                             "q_prefetch only")
+        bits += 16
     return bits
 
 
@@ -2059,7 +2108,7 @@ def _fast_arglist(template, index, runtime: dict) -> list:
 
 def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | None = None,
             _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
-            _warmup: bool = False, _key_only: bool = False):
+            _warmup: bool = False, _key_only: bool = False, _diagnostic: bool = False):
     """(out, lse) as the launcher contract says; see the module docstring.
 
     config overrides the tile table (ablations). _out/_lse: preallocated contiguous outputs, for
@@ -2067,10 +2116,14 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     exactly the launch's specialisation, launch nothing, and return the compiled kernel
     (scripts/hopper_dev2.py compiles its kernels in parallel processes first). _key_only: return
     (fast-launch key, args, kwargs) of the launch instead (for the test of the key).
+    _diagnostic: allow the timing diagnostic diag_stamps (its lse is not the logsumexp).
     """
     batch, seqlen_q, heads, head_dim = q.shape
     _, seqlen_k, kv_heads, _ = k.shape
     cfg = config or get_config(head_dim, causal)
+    if cfg.diag_stamps and not (_diagnostic or _warmup or _key_only):
+        raise ValueError("diag_stamps is a timing diagnostic that overwrites lse; forward() runs "
+                         "it only with _diagnostic=True")
     if cfg.q_prefetch and causal and cfg.num_consumers == 3 and _REFUSE_QPF_CAUSAL_3WG:
         # device run 17 (scripts/qpf_diag.py): wrong values (max error 2.7) at 2 x 1000 x 4
         # heads, then an illegal memory access at 1 x 1152; cause not found yet

@@ -1,0 +1,276 @@
+"""Where a tile's time goes in the 16-bit hopper kernel, and candidates timed order-fairly.
+
+Part 1, clock stamps (FwdConfig.diag_stamps; lse overwritten, so forward() runs it only with
+_diagnostic=True). Per tile, cycles of the tile's SM: consumer warpgroup 0's thread 0 at
+0 entry, 1 Q arrived, 2 block 0's softmax done (overlapped rows only), 3 its last P V done,
+4 epilogue issued; 6 SM id, 7 global timer; warpgroup 1's thread 0 at 5 (its last P V done).
+Reported per cell and configuration (medians over tiles): the gap between a tile's end (4) and the
+same program's next tile entry (0), the Q wait, block 0 (its QK^T and softmax, nothing else in
+flight), the steady loop per key block, warpgroup 1 minus warpgroup 0 at the loop's end, the
+epilogue, and the fixed cost per tile in key blocks: (tile + gap - n_blocks x loop) / loop.
+
+Part 2, rotated rounds (the bench's protocol): per cell, every implementation warmed together for
+WARM_S seconds, then ROUNDS rounds, each timing every implementation once (do_bench median), the
+order rotated each round; the median over rounds, and each as a ratio to the shipped row. FA3
+(fa3-fwd wheel, if importable) and SDPA cuDNN beside them.
+
+Every candidate is checked before it is timed: outputs NaN-poisoned, against the float64 oracle
+on a tails + GQA case (causal and not), and against the row on the cell's own inputs.
+
+    [HP_CELLS="d,causal,seqlen;..."] python3 scripts/hopper_tile_phases.py OUT_DIR [VARIANT ...]
+    python3 scripts/hopper_tile_phases.py --precompile [VARIANT ...]   (every launch, in parallel)
+    python3 scripts/hopper_tile_phases.py --check VARIANT              (its oracle checks only)
+"""
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+
+import torch
+import triton
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from fusedattn.kernels import hopper_fwd as H  # noqa: E402
+from fusedattn.reference import attention_oracle  # noqa: E402
+
+CELLS = ((128, False, 2048), (128, False, 8192), (128, True, 2048), (128, True, 8192),
+         (256, False, 8192), (256, True, 8192))
+if os.environ.get("HP_CELLS"):
+    CELLS = tuple((int(d), bool(int(c)), int(s)) for d, c, s in
+                  (x.split(",") for x in os.environ["HP_CELLS"].split(";")))
+ROUNDS = int(os.environ.get("HP_ROUNDS", "3"))
+WARM_S = float(os.environ.get("HP_WARM_S", "0.5"))
+REP_MS = 40
+STAMPS = os.environ.get("HP_STAMPS", "1") == "1"
+
+
+def cfg_of(name, d, causal):
+    return H.get_config(d, causal) if name == "row" else H.variant_config(name, d, causal)
+
+
+def check(name, d, causal):
+    """A tails + GQA case against float64 with NaN-poisoned outputs; (ok, rel, lse error)."""
+    cfg = cfg_of(name, d, causal)
+    torch.manual_seed(7)
+    b, sq, sk, h, hk = 2, 1000, 1100 if not causal else 900, 4, 2
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hk, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, sk, hk, d, device="cuda", dtype=torch.bfloat16)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((b, h, sq), float("nan"), device="cuda")
+    H.forward(q, k, v, causal, d ** -0.5, config=cfg, _out=out, _lse=lse)
+    ro, rl = attention_oracle(q, k, v, causal, d ** -0.5)
+    rel = ((out.double() - ro).norm() / ro.norm()).item()
+    fin = ~torch.isinf(rl)
+    lerr = (lse.double()[fin] - rl[fin]).abs().max().item()
+    inf_ok = bool((torch.isinf(lse) == torch.isinf(rl)).all())
+    return rel < 1e-2 and lerr < 2e-2 and inf_ok and not torch.isnan(out).any().item(), rel, lerr
+
+
+def phases(cfg, q, k, v, causal, d):
+    b, s, h, _ = q.shape
+    scfg = replace(cfg, diag_stamps=True)
+    for _ in range(20):   # warm, at the power-limited clock
+        H.forward(q, k, v, causal, d ** -0.5, config=scfg, _diagnostic=True)
+    _, lse = H.forward(q, k, v, causal, d ** -0.5, config=scfg, _diagnostic=True)
+    torch.cuda.synchronize()
+    bm, bn = cfg.block_m, cfg.block_n
+    st = lse.view(b, h, s).reshape(b, h, s // bm, bm)[..., :16].contiguous()
+    st = st.view(torch.int64).reshape(-1, 8).cpu().tolist()
+    nblk = []
+    for _ in range(b * h):
+        for m in range(s // bm):
+            kv_end = min((m + 1) * bm, s) if causal else s
+            nblk.append(-(-kv_end // bn))
+    by_sm = {}
+    for i, r in enumerate(st):
+        by_sm.setdefault(r[6], []).append((r[0], i))
+    gaps = []
+    for lst in by_sm.values():
+        lst.sort()
+        for (_, a), (_, c) in zip(lst, lst[1:]):
+            gaps.append(st[c][0] - st[a][4])
+    med = statistics.median
+    overlap = cfg.overlap
+    loop_pb = [(r[3] - (r[2] if overlap else r[1])) / (n - 1 if overlap else n)
+               for r, n in zip(st, nblk) if n > 1]
+    rec = dict(tiles=len(st), sms=len(by_sm), block_n=bn,
+               gap=med(gaps) if gaps else 0.0, q_wait=med([r[1] - r[0] for r in st]),
+               block0=med([r[2] - r[1] for r in st]) if overlap else None,
+               loop_per_block=med(loop_pb), wg1_minus_wg0=med([r[5] - r[3] for r in st]),
+               epilogue=med([r[4] - r[3] for r in st]), tile=med([r[4] - r[0] for r in st]),
+               span_ms=(max(r[7] for r in st) - min(r[7] for r in st)) / 1e6)
+    fixed = [(r[4] - r[0] - n * rec["loop_per_block"]) / rec["loop_per_block"]
+             for r, n in zip(st, nblk)]
+    rec["fixed_in_blocks"] = med(fixed) + rec["gap"] / rec["loop_per_block"]
+    return rec, st
+
+
+def _cell_tensors(d, s):
+    b, h = 16384 // s, 2048 // d
+    return [torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+
+
+def _compile_one(spec):
+    """Compile one launch's exact specialisation into triton's on-disk cache (no launch)."""
+    name, d, causal, kind, s = spec
+    t0 = time.time()
+    try:
+        cfg = cfg_of(name, d, causal)
+        if kind == "check":
+            q = torch.randn(2, 1000, 4, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(2, 1100 if not causal else 900, 2, d, device="cuda",
+                            dtype=torch.bfloat16)
+            v = k.clone()
+        else:
+            q, k, v = _cell_tensors(d, s)
+            if kind == "stamps":
+                cfg = replace(cfg, diag_stamps=True)
+        H.forward(q, k, v, causal, d ** -0.5, config=cfg, _warmup=True)
+        return f"{spec}: compiled in {time.time() - t0:.0f} s"
+    except Exception as e:  # noqa: BLE001
+        return f"{spec}: FAILED {e!r}"[:300]
+
+
+def precompile(variants, workers=14):
+    """Every launch this run makes, compiled side by side in `workers` processes."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    specs = []
+    for d, causal, s in CELLS:
+        for n in ["row"] + variants:
+            dims = None if n == "row" else H.VARIANTS[n][1]
+            if dims is not None and d not in dims:
+                continue
+            kinds = ["cell"] + (["check"] if n != "row" else [])
+            cfg = cfg_of(n, d, causal)
+            if STAMPS and cfg.persistent and cfg.num_consumers == 2 and not cfg.q_prefetch:
+                kinds.append("stamps")
+            specs += [(n, d, causal, kind, s) for kind in kinds]
+    # one per specialisation: the cells' seqlens and head counts are multiples of 16 (the same
+    # integer specialisation), and the check shape does not depend on the cell
+    specs = list({sp[:4]: sp for sp in reversed(specs)}.values())
+    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        for line in ex.map(_compile_one, specs):
+            print("precompile", line, flush=True)
+
+
+def main():
+    if sys.argv[1] == "--precompile":
+        precompile(sys.argv[2:])
+        return
+    if sys.argv[1] == "--check":   # --check NAME: the variant's checks (separate process: a hang
+        name = sys.argv[2]         # costs its own timeout)
+        for d, causal in sorted({(d, c) for d, c, _ in CELLS}):
+            dims = H.VARIANTS[name][1]
+            if dims is None or d in dims:
+                print(f"check {name} {d} {int(causal)} {check(name, d, causal)}", flush=True)
+        return
+    out = sys.argv[1]
+    variants = sys.argv[2:]
+    os.makedirs(out, exist_ok=True)
+    try:
+        from fusedattn.bench.impls import import_fa3
+        fa3 = import_fa3().flash_attn_func
+    except Exception as e:  # noqa: BLE001
+        print(f"FA3 not available: {e!r}"[:200])
+        fa3 = None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    checked = {}
+    recs = []
+    for d, causal, s in CELLS:
+        names = ["row"]
+        for n in variants:
+            dims = H.VARIANTS[n][1]
+            if dims is not None and d not in dims:
+                continue
+            key = (n, d, causal)
+            if key not in checked:
+                try:
+                    checked[key] = check(n, d, causal)
+                except Exception as e:  # noqa: BLE001
+                    checked[key] = (False, repr(e)[:200], None)
+                print(f"check {n} d{d} causal={int(causal)}: {checked[key]}", flush=True)
+            if checked[key][0]:
+                names.append(n)
+        b, h = 16384 // s, 2048 // d
+        torch.manual_seed(d + s)
+        q, k, v = _cell_tensors(d, s)
+        scale = d ** -0.5
+        fns = {n: (lambda cfg=cfg_of(n, d, causal): H.forward(q, k, v, causal, scale, config=cfg))
+               for n in names}
+        ref_o = fns["row"]()[0].float()
+        for n in names[1:]:
+            o = fns[n]()[0].float()
+            rel = ((o - ref_o).norm() / ref_o.norm()).item()
+            if rel > 5e-3:
+                print(f"d{d} c{int(causal)} s{s} {n}: differs from the row (rel {rel:.2e}); "
+                      f"not timed", flush=True)
+                del fns[n]
+        del ref_o
+        if fa3 is not None:
+            fns["fa3"] = lambda: fa3(q, k, v, causal=causal, softmax_scale=scale)
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+        def cudnn():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=scale)
+        fns["cudnn"] = cudnn
+        rec = dict(d=d, causal=causal, seqlen=s, batch=b, heads=h)
+        if STAMPS:
+            rec["phases"] = {}
+            for n in names:
+                if n not in fns:
+                    continue
+                cfg = cfg_of(n, d, causal)
+                if not cfg.persistent or cfg.num_consumers != 2 or cfg.q_prefetch:
+                    continue
+                try:
+                    p, st = phases(cfg, q, k, v, causal, d)
+                except Exception as e:  # noqa: BLE001
+                    print(f"d{d} c{int(causal)} s{s} {n}: stamps failed {e!r}"[:300], flush=True)
+                    continue
+                rec["phases"][n] = p
+                with open(os.path.join(out, f"stamps_d{d}_c{int(causal)}_s{s}_{n}.json"), "w") as f:
+                    json.dump(dict(rec=p, stamps=st), f)
+                bz = f"{p['block0']:.0f}" if p["block0"] is not None else "-"
+                print(f"d{d} c{int(causal)} s{s} {n} ({p['tiles']} tiles, {p['sms']} SMs): "
+                      f"gap {p['gap']:.0f} | Q wait {p['q_wait']:.0f} | block0 {bz} | "
+                      f"loop {p['loop_per_block']:.0f}/block | wg1-wg0 {p['wg1_minus_wg0']:.0f} | "
+                      f"epilogue {p['epilogue']:.0f} | tile {p['tile']:.0f} | "
+                      f"fixed {p['fixed_in_blocks']:.2f} blocks", flush=True)
+        order = list(fns)
+        for n in order:
+            fns[n]()
+        torch.cuda.synchronize()
+        t_end = time.time() + WARM_S
+        while time.time() < t_end:
+            for n in order:
+                fns[n]()
+        torch.cuda.synchronize()
+        times = {n: [] for n in order}
+        for r in range(ROUNDS):
+            for n in order[r % len(order):] + order[:r % len(order)]:
+                times[n].append(triton.testing.do_bench(fns[n], warmup=5, rep=REP_MS,
+                                                        return_mode="median"))
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        med = {n: statistics.median(t) for n, t in times.items()}
+        rec["ms"] = times
+        rec["tflops"] = {n: flops / m / 1e9 for n, m in med.items()}
+        recs.append(rec)
+        print(f"d{d} c{int(causal)} s{s}: " + " | ".join(
+            f"{n} {rec['tflops'][n]:.0f} ({med['row'] / med[n]:.3f}x row"
+            + (f", {med['fa3'] / med[n]:.3f}x fa3" if "fa3" in med and n != "fa3" else "")
+            + f", spread {(max(t) - min(t)) / min(t):.3f})" for n, t in times.items()), flush=True)
+        del fns, q, k, v, qt, kt, vt
+        torch.cuda.empty_cache()
+    with open(os.path.join(out, "phases.json"), "w") as f:
+        json.dump(recs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
