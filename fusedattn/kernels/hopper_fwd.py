@@ -145,6 +145,11 @@ class FwdConfig:
     q_prefetch: bool = False      # v10, with the dynamic scheduler + tma_store (2 consumers):
                                   # two Q buffers; the next tile's Q loads during this tile and O
                                   # leaves through its own tile's buffer (kernel TMA_STORE == 3)
+    o_half: bool = False          # session 10, with persistent + tma_store (2 consumers, no
+                                  # pingpong): one half-tile O buffer (BLOCK_M // 2 rows) that the
+                                  # two consumer warpgroups take in turn (kernel TMA_STORE == 4),
+                                  # so Q is released after the last QK^T as with o_buffer, where a
+                                  # whole O tile does not fit (hdim 256: 192 + 32 KB)
     o_buffer: bool = False        # with persistent + tma_store (2 consumers): O gets its own
                                   # shared-memory tile instead of reusing Q's, so the next tile's
                                   # Q load starts after the last QK^T, not after the TMA store
@@ -372,10 +377,20 @@ VARIANTS = {
     # under the other's GEMMs. pp2: FA3's placement with named barriers; pp1: with mbarriers
     "pp2": ({"pingpong": True, "pingpong_mode": 2}, (128, 256)),
     "pp1": ({"pingpong": True, "pingpong_mode": 1}, (128, 256)),
+    # session 10: per-warpgroup causal bounds on the shipped hdim 256 causal row (64-key blocks:
+    # warpgroup 0's 64 rows skip the tile's last key block). Run 7 measured it on an older row
+    # (no split loops, no TMA store): +4% at causal 1k, -1..-4% from 2k
+    "wgb": ({"wg_bounds": True}, (256,)),
+    # session 10: hdim 256's rows put O through the Q tile (TMA store), so the next tile's Q (and
+    # behind it its K / V) loads only once O has left: device run 42's stamps show each hdim 256
+    # tile waiting 2400 (non-causal) to 3700 (causal) cycles for its Q, 1.1-1.7 key blocks. With
+    # one half-tile O buffer (32 KB; Q + the K / V ring use 192 of 227 KB) the two consumer
+    # warpgroups store O in turn and Q is released after the last QK^T
+    "o_half": ({"o_half": True}, (256,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
-            "pp2", "pp1"}
+            "pp2", "pp1", "wgb", "o_half"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -715,7 +730,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
               D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
               TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
               NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
-              SPLIT: gl.constexpr = False, q_base=0, DIAG: gl.constexpr = 0):
+              SPLIT: gl.constexpr = False, q_base=0, DIAG: gl.constexpr = 0, o_half=None):
     """One (batch, head, m-tile) work item of one consumer warpgroup.
 
     WGB (v5, causal, no pingpong): this warpgroup's own causal bounds: it computes only the K/V
@@ -724,6 +739,9 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
 
     kv_base / turn_base: K/V ring and pingpong-turn counters at the start of the tile (0 for the
     one-tile-per-program grid; carried across tiles when PERSISTENT); q_phase: phase of q_bar.
+    o_half (TMA_STORE == 4): the half-tile O buffer, taken by warpgroup 0 then 1 each tile; the
+    turn mbarriers (unused without pingpong) order it: turn_bars[0] "warpgroup 0's store has read
+    it", turn_bars[1] "warpgroup 1's has". q_phase (the program's tile count & 1) gives the phases.
     DIAG: the QPF_DIAG bits of the kernel (FwdConfig.diag_*); bit 16 (diag_stamps) writes SM
     clock stamps of the tile's phases as int64 over its first 16 lse entries: warpgroup 0's
     thread 0 at 0 entry, 1 Q arrived, 2 block 0's softmax done, 3 last P V done, 4 epilogue
@@ -917,7 +935,23 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         m_i = m_i * qk_scale  # FMA kept the raw-score max
     lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln 2
 
-    if TMA_STORE == 2:
+    if TMA_STORE == 4:
+        # o_half: warpgroup 0 waits until warpgroup 1's store of the previous tile has read the
+        # buffer (the first tile passes: parity 1 of a fresh barrier), warpgroup 1 until
+        # warpgroup 0's store of this tile has; write, store, wait until the copy has read the
+        # buffer (.read: shared memory only), hand it on
+        if WG == 0:
+            mbarrier.wait(turn_bars.index(1), q_phase ^ 1)
+        else:
+            mbarrier.wait(turn_bars.index(0), q_phase)
+        o_half.reshape([M_WG, HEAD_DIM]).store(out.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0], o_half)
+        tma.store_wait(0)
+        gl.thread_barrier()
+        mbarrier.arrive(turn_bars.index(WG), count=1)
+    elif TMA_STORE == 2:
         # O's own tile (v6): wait until this warpgroup's previous TMA store has read its rows
         # (store_wait covers the issuing thread's copies; the barrier holds the others), write,
         # store; the wait for this store happens at the next tile's epilogue or at the exit.
@@ -1037,7 +1071,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                          NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                          SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
-                         DIAG: gl.constexpr = 0):
+                         DIAG: gl.constexpr = 0, o_half=None):
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -1055,7 +1089,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          m_start, n_blocks, n_unmasked,
                          WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
                          c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE,
-                         NC, FMA, WGB, SPLIT, 0, DIAG)
+                         NC, FMA, WGB, SPLIT, 0, DIAG, o_half)
         i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -1071,12 +1105,12 @@ def _consumer_persistent_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                              SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
-                             DIAG: gl.constexpr = 0):
+                             DIAG: gl.constexpr = 0, o_half=None):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG, o_half)
 
 
 @gluon.jit
@@ -1089,12 +1123,12 @@ def _consumer_persistent_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                              SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
-                             DIAG: gl.constexpr = 0):
+                             DIAG: gl.constexpr = 0, o_half=None):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG, o_half)
 
 
 @gluon.jit
@@ -1323,8 +1357,8 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                       OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                       TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                       NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
-                  SPLIT: gl.constexpr = False, DIAG: gl.constexpr = 0):
-    # DIAG (TMA_STORE == 3 only): the kernel's QPF_DIAG bits (FwdConfig.diag_*)
+                  SPLIT: gl.constexpr = False, DIAG: gl.constexpr = 0, o_half=None):
+    # DIAG: the kernel's QPF_DIAG bits (FwdConfig.diag_*); o_half: TMA_STORE == 4's O buffer
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -1383,7 +1417,7 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                                  sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
                                  WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
                                  PINGPONG, c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE,
-                                 PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG)
+                                 PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG, o_half)
                 i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -1408,12 +1442,12 @@ def _consumer_dynamic_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
-                          DIAG: gl.constexpr = 0):
+                          DIAG: gl.constexpr = 0, o_half=None):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, o_half)
 
 
 @gluon.jit
@@ -1426,12 +1460,12 @@ def _consumer_dynamic_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
-                          DIAG: gl.constexpr = 0):
+                          DIAG: gl.constexpr = 0, o_half=None):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, o_half)
 
 
 @gluon.jit
@@ -1520,6 +1554,10 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
         q_load = q_smem
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + v_desc.block_type.shape, v_desc.layout)
+    if TMA_STORE == 4:  # o_half: one O buffer of BLOCK_M // 2 rows, the consumers in turn
+        o_half = gl.allocate_shared_memory(dtype, o_desc.block_type.shape, o_desc.layout)
+    else:  # unused (None cannot be a warp_specialize argument)
+        o_half = k_smem
     if TMA_STORE == 3:
         q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     else:
@@ -1642,12 +1680,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half)),
                     (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half)),
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -1680,12 +1718,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half)),
                 (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
@@ -1921,6 +1959,8 @@ def shared_memory_bytes(head_dim: int, cfg: FwdConfig, elem: int = 2) -> int:
     q_rows = cfg.block_m // 3 * 4 if cfg.num_consumers == 3 else cfg.block_m
     if cfg.o_buffer:
         q_rows += cfg.block_m
+    if cfg.o_half:
+        q_rows += cfg.block_m // 2
     return elem * head_dim * (q_rows + 2 * cfg.num_stages * cfg.block_n)
 
 
@@ -1995,9 +2035,12 @@ def _tile_counter(device) -> torch.Tensor:
 
 def _tma_store_mode(cfg: FwdConfig):
     """The kernel's TMA_STORE: False (pointer stores), True (through Q's tile), 2 (O's own tile,
-    o_buffer), 3 (two alternating Q tiles, q_prefetch)."""
+    o_buffer), 3 (two alternating Q tiles, q_prefetch), 4 (one half-tile O buffer that the two
+    consumer warpgroups take in turn, o_half)."""
     if cfg.q_prefetch:
         return 3
+    if cfg.o_half:
+        return 4
     return 2 if cfg.o_buffer else cfg.tma_store
 
 
@@ -2193,6 +2236,10 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         extra["SPLIT_LOOPS"] = True
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2):
         raise ValueError("o_buffer needs tma_store, persistent and two consumer warpgroups")
+    if cfg.o_half and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2
+                           and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
+        raise ValueError("o_half needs tma_store, persistent, two consumer warpgroups and no "
+                         "pingpong / o_buffer / q_prefetch")
     if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
                                and not cfg.o_buffer):
         raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
