@@ -9,10 +9,13 @@ same program's next tile entry (0), the Q wait, block 0 (its QK^T and softmax, n
 flight), the steady loop per key block, warpgroup 1 minus warpgroup 0 at the loop's end, the
 epilogue, and the fixed cost per tile in key blocks: (tile + gap - n_blocks x loop) / loop.
 
-Part 2, rotated rounds (the bench's protocol): per cell, every implementation warmed together for
-WARM_S seconds, then ROUNDS rounds, each timing every implementation once (do_bench median), the
-order rotated each round; the median over rounds, and each as a ratio to the shipped row. FA3
-(fa3-fwd wheel, if importable) and SDPA cuDNN beside them.
+Part 2, rotated rounds (the bench's protocol since session 10): ROUNDS rounds, each timing every
+implementation once after OWN_WARM_MS of its own load (do_bench's warm-up; median of rep 40 ms),
+the order rotated each round; the median over rounds, and each as a ratio to the shipped row. FA3
+(fa3-fwd wheel, if importable) and SDPA cuDNN beside them. The SM clock is read right after each
+timing (torch.cuda.clock_rate, where pynvml is present): under the 700 W limit a kernel that keeps
+the SM busier can run at a lower clock, so cycles saved need not all become time saved.
+(Runs 42, 45 and 46 used the earlier protocol: a shared warm-up of 0.5 s and 5 ms of own warm-up.)
 
 Every candidate is checked before it is timed: outputs NaN-poisoned, against the float64 oracle
 on a tails + GQA case (causal and not), and against the row on the cell's own inputs.
@@ -41,9 +44,17 @@ if os.environ.get("HP_CELLS"):
     CELLS = tuple((int(d), bool(int(c)), int(s)) for d, c, s in
                   (x.split(",") for x in os.environ["HP_CELLS"].split(";")))
 ROUNDS = int(os.environ.get("HP_ROUNDS", "3"))
-WARM_S = float(os.environ.get("HP_WARM_S", "0.5"))
+OWN_WARM_MS = float(os.environ.get("HP_OWN_WARM_MS", "300"))
 REP_MS = 40
 STAMPS = os.environ.get("HP_STAMPS", "1") == "1"
+
+
+def _sm_clock():
+    """The SM clock in MHz now (pynvml through torch), or None where it cannot be read."""
+    try:
+        return torch.cuda.clock_rate()
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def cfg_of(name, d, causal):
@@ -247,25 +258,25 @@ def main():
         for n in order:
             fns[n]()
         torch.cuda.synchronize()
-        t_end = time.time() + WARM_S
-        while time.time() < t_end:
-            for n in order:
-                fns[n]()
-        torch.cuda.synchronize()
         times = {n: [] for n in order}
+        clocks = {n: [] for n in order}
         for r in range(ROUNDS):
             for n in order[r % len(order):] + order[:r % len(order)]:
-                times[n].append(triton.testing.do_bench(fns[n], warmup=5, rep=REP_MS,
+                times[n].append(triton.testing.do_bench(fns[n], warmup=OWN_WARM_MS, rep=REP_MS,
                                                         return_mode="median"))
+                clocks[n].append(_sm_clock())
         flops = 4 * b * h * s * s * d / (2 if causal else 1)
         med = {n: statistics.median(t) for n, t in times.items()}
         rec["ms"] = times
+        rec["sm_clock_mhz"] = clocks
         rec["tflops"] = {n: flops / m / 1e9 for n, m in med.items()}
         recs.append(rec)
         print(f"d{d} c{int(causal)} s{s}: " + " | ".join(
             f"{n} {rec['tflops'][n]:.0f} ({med['row'] / med[n]:.3f}x row"
             + (f", {med['fa3'] / med[n]:.3f}x fa3" if "fa3" in med and n != "fa3" else "")
-            + f", spread {(max(t) - min(t)) / min(t):.3f})" for n, t in times.items()), flush=True)
+            + f", spread {(max(t) - min(t)) / min(t):.3f}"
+            + (f", {statistics.median(clocks[n]):.0f} MHz" if None not in clocks[n] else "") + ")"
+            for n, t in times.items()), flush=True)
         del fns, q, k, v, qt, kt, vt
         torch.cuda.empty_cache()
     with open(os.path.join(out, "phases.json"), "w") as f:

@@ -70,6 +70,12 @@ CASES = [
     (64, True, {"variant": "fma"}),
     (128, True, {"variant": "fma"}),
     (256, True, {"variant": "fma"}),
+    # session 10: one half-tile O buffer at hdim 256 (o_half, device run 46); the timing
+    # diagnostic on the shipped rows it serves (static and dynamic persistent loops)
+    (256, False, {"variant": "o_half"}),
+    (256, True, {"variant": "o_half"}),
+    (128, False, {"diag_stamps": True}),
+    (256, True, {"diag_stamps": True}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -230,6 +236,37 @@ def test_wg_bounds_is_new_code(reports):
     base = by_case[(256, True, json.dumps({"variant": "fma"}))]  # v3 + softmax_fma, without it
     assert wgb["sass_sha1"] != base["sass_sha1"]
     assert wgb["sass_counts"]["HGMMA"] == base["sass_counts"]["HGMMA"]
+
+
+def test_o_half_is_new_code(reports):
+    """o_half (hdim 256): the row's GEMMs, one more half-tile of shared memory, O stored with
+    TMA, and a different kernel from the row."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for causal in (False, True):
+        oh = by_case[(256, causal, json.dumps({"variant": "o_half"}))]
+        row = by_case[(256, causal, json.dumps({}))]
+        assert oh["sass_sha1"] != row["sass_sha1"]
+        assert oh["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
+        # (64 rows x 256 x 2 bytes; the allocator aligns, a few bytes more)
+        assert 64 * 256 * 2 <= oh["shared_bytes"] - row["shared_bytes"] < 64 * 256 * 2 + 256
+        assert oh["sass_counts"]["UTMASTG"] > 0
+
+
+def test_new_switches_are_refused_where_they_do_not_apply():
+    import torch
+    q = torch.zeros(1, 256, 2, 256, dtype=torch.bfloat16)
+    for bad in (dict(pingpong=True), dict(persistent=False), dict(tma_store=False)):
+        with pytest.raises(ValueError, match="o_half"):
+            H.forward(q, q, q, True, 0.1, config=H.get_config(256, True, o_half=True, **bad))
+    with pytest.raises(ValueError, match="_diagnostic"):
+        H.forward(q, q, q, True, 0.1, config=H.get_config(256, True, diag_stamps=True))
+    with pytest.raises(ValueError, match="diag_stamps"):   # three consumer warpgroups
+        H._qpf_diag_bits(H.get_config(64, True, diag_stamps=True))
+    assert H._qpf_diag_bits(H.get_config(128, False, diag_stamps=True)) == 16
+    assert H._tma_store_mode(H.variant_config("o_half", 256, True)) == 4
+    assert H.shared_memory_bytes(256, H.variant_config("o_half", 256, False)) == \
+        H.shared_memory_bytes(256, H.get_config(256, False)) + 64 * 256 * 2
 
 
 def test_l2_section_heads():

@@ -2167,6 +2167,10 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     if cfg.diag_stamps and not (_diagnostic or _warmup or _key_only):
         raise ValueError("diag_stamps is a timing diagnostic that overwrites lse; forward() runs "
                          "it only with _diagnostic=True")
+    if cfg.o_half and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2
+                           and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
+        raise ValueError("o_half needs tma_store, persistent, two consumer warpgroups and no "
+                         "pingpong / o_buffer / q_prefetch")
     if cfg.q_prefetch and causal and cfg.num_consumers == 3 and _REFUSE_QPF_CAUSAL_3WG:
         # device run 17 (scripts/qpf_diag.py): wrong values (max error 2.7) at 2 x 1000 x 4
         # heads, then an illegal memory access at 1 x 1152; cause not found yet
@@ -2236,10 +2240,6 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         extra["SPLIT_LOOPS"] = True
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2):
         raise ValueError("o_buffer needs tma_store, persistent and two consumer warpgroups")
-    if cfg.o_half and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2
-                           and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
-        raise ValueError("o_half needs tma_store, persistent, two consumer warpgroups and no "
-                         "pingpong / o_buffer / q_prefetch")
     if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
                                and not cfg.o_buffer):
         raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
