@@ -35,14 +35,14 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_cells import cells  # noqa: E402
 from fusedattn.kernels import hopper_fwd as H  # noqa: E402
 from fusedattn.reference import attention_oracle  # noqa: E402
 
 CELLS = ((128, False, 2048), (128, False, 8192), (128, True, 2048), (128, True, 8192),
          (256, False, 8192), (256, True, 8192))
-if os.environ.get("HP_CELLS"):
-    CELLS = tuple((int(d), bool(int(c)), int(s)) for d, c, s in
-                  (x.split(",") for x in os.environ["HP_CELLS"].split(";")))
+CELLS = cells("HP_CELLS", CELLS)
 ROUNDS = int(os.environ.get("HP_ROUNDS", "3"))
 OWN_WARM_MS = float(os.environ.get("HP_OWN_WARM_MS", "300"))
 REP_MS = 40

@@ -24,6 +24,8 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_cells import cells  # noqa: E402
 import fusedattn  # noqa: E402
 from fusedattn.fp8_api import kv_block_for  # noqa: E402
 from fusedattn.kernels import hopper_fp8_fwd as F8  # noqa: E402
@@ -31,9 +33,7 @@ from fusedattn.kernels import hopper_fwd as H  # noqa: E402
 
 CELLS = ((128, False, 2048), (128, False, 4096), (128, True, 2048), (128, True, 8192),
          (256, False, 8192), (256, True, 8192))
-if os.environ.get("TP_CELLS"):
-    CELLS = tuple((int(d), bool(int(c)), int(s)) for d, c, s in
-                  (x.split(",") for x in os.environ["TP_CELLS"].split(";")))
+CELLS = cells("TP_CELLS", CELLS)
 ROUNDS = int(os.environ.get("TP_ROUNDS", "3"))
 PROTOCOLS = {"shared": (500, 25), "self300": (0, 300), "self1000": (0, 1000)}
 if os.environ.get("TP_PROTOCOLS"):
