@@ -334,6 +334,19 @@ def test_compare_two_small_json_files(tmp_path, capsys):
     assert "All cells" in full and "| 600 | 601 | 1.002 |" in full
 
 
+def test_compare_warns_when_the_timing_method_differs():
+    from fusedattn.bench import report
+    old = _result({"fusedattn-hopper": 500.0})
+    new = _result({"fusedattn-hopper": 520.0})
+    old["method"] = report.method_record(25, 100, rounds=3, round_warmup_ms=500)
+    new["method"] = report.method_record(300, 100, rounds=3, round_warmup_ms=0)
+    warnings = compare.compare(old, new)["warnings"]
+    assert any("timing method differs (warmup)" in w for w in warnings)
+    assert any("timing method differs (order)" in w for w in warnings)
+    new["method"] = old["method"]
+    assert not any("timing method" in w for w in compare.compare(old, new)["warnings"])
+
+
 # --- accuracy and FlexAttention's fallback detection ----------------------------------------------
 
 def test_accuracy_table_on_the_cpu(no_interpreter):

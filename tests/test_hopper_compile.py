@@ -129,6 +129,7 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_store_tma"] = ptx.count("cp.async.bulk.tensor.4d.global.shared")
     r["ptx_named_bars"] = ptx.count("bar.sync 10, 256") + ptx.count("bar.sync 11, 256")
     r["ptx_atom_add"] = ptx.count("atom.global.gpu.acq_rel.add")
+    r["ptx_clock64"] = ptx.count("%clock64")
     r["ptx_atom_exch"] = ptx.count("atom.global.gpu.acq_rel.exch")
     sass = fi.sass_counts(k.asm["cubin"])["sass"]
     r["sass_ffma"] = sass.count(" FFMA")
@@ -248,21 +249,41 @@ def test_o_half_is_new_code(reports):
         row = by_case[(256, causal, json.dumps({}))]
         assert oh["sass_sha1"] != row["sass_sha1"]
         assert oh["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
-        # (64 rows x 256 x 2 bytes; the allocator aligns, a few bytes more)
-        assert 64 * 256 * 2 <= oh["shared_bytes"] - row["shared_bytes"] < 64 * 256 * 2 + 256
-        assert oh["sass_counts"]["UTMASTG"] > 0
+        half = H.variant_config("o_half", 256, causal).block_m // 2 * 256 * 2   # bytes, bf16
+        # (the allocator aligns: a few bytes more than the buffer itself)
+        assert half <= oh["shared_bytes"] - row["shared_bytes"] < half + 256
+
+
+def test_timing_stamps_reach_the_code(report):
+    """diag_stamps: clock reads in the kernel (5 by consumer warpgroup 0, 1 by warpgroup 1)
+    exactly when it is on."""
+    n = report["ptx_clock64"]
+    assert n == (6 if report["config"]["diag_stamps"] else 0)
 
 
 def test_new_switches_are_refused_where_they_do_not_apply():
     import torch
     q = torch.zeros(1, 256, 2, 256, dtype=torch.bfloat16)
-    for bad in (dict(pingpong=True), dict(persistent=False), dict(tma_store=False)):
+    for bad in (dict(pingpong=True), dict(persistent=False), dict(tma_store=False),
+                dict(o_buffer=True), dict(q_prefetch=True), dict(warp_specialize=False),
+                dict(num_consumers=3, block_m=192)):
+        cfg = H.get_config(256, True, o_half=True, **bad)
         with pytest.raises(ValueError, match="o_half"):
-            H.forward(q, q, q, True, 0.1, config=H.get_config(256, True, o_half=True, **bad))
+            H.forward(q, q, q, True, 0.1, config=cfg)
+        with pytest.raises(ValueError, match="o_half"):
+            H.compile_sm90(256, True, config=cfg)
     with pytest.raises(ValueError, match="_diagnostic"):
         H.forward(q, q, q, True, 0.1, config=H.get_config(256, True, diag_stamps=True))
+    odd = torch.zeros(1, 250, 2, 256, dtype=torch.bfloat16)   # a tile of fewer than 128 rows
+    with pytest.raises(ValueError, match="multiple of block_m"):
+        H.forward(odd, odd, odd, True, 0.1, config=H.get_config(256, True, diag_stamps=True),
+                  _diagnostic=True)
     with pytest.raises(ValueError, match="diag_stamps"):   # three consumer warpgroups
-        H._qpf_diag_bits(H.get_config(64, True, diag_stamps=True))
+        H._qpf_diag_bits(H.get_config(128, False, diag_stamps=True, num_consumers=3,
+                                      block_m=192))
+    with pytest.raises(ValueError, match="diag_stamps"):
+        H.compile_sm90(128, False, config=H.get_config(128, False, diag_stamps=True,
+                                                       warp_specialize=False))
     assert H._qpf_diag_bits(H.get_config(128, False, diag_stamps=True)) == 16
     assert H._tma_store_mode(H.variant_config("o_half", 256, True)) == 4
     assert H.shared_memory_bytes(256, H.variant_config("o_half", 256, False)) == \

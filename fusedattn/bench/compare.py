@@ -77,6 +77,11 @@ def compare(old: dict, new: dict, threshold: float = DEFAULT_THRESHOLD) -> dict:
     for field in ("gpu", "torch", "triton", "cudnn", "driver"):
         if ea.get(field) != eb.get(field):
             warnings.append(f"{field} differs: {ea.get(field)} -> {eb.get(field)}")
+    ma, mb = old.get("method") or {}, new.get("method") or {}
+    for field in ("timer", "warmup", "order"):   # the timing protocol (it moved ratios by up to 14%)
+        if ma.get(field) != mb.get(field):
+            warnings.append(f"the timing method differs ({field}): the runs are not directly "
+                            f"comparable: {str(ma.get(field))[:90]} -> {str(mb.get(field))[:90]}")
     return {"cells": cells, "faster": faster, "slower": slower, "same": same,
             "only_old": sorted(set(a) - set(b), key=str), "only_new": sorted(set(b) - set(a), key=str),
             "newly_wrong": [c for c in cells if c.get("newly_wrong")], "by_impl": by_impl,

@@ -20,10 +20,12 @@ def method_record(warmup_ms, rep_ms, timer_name="triton.testing.do_bench", round
                   "each run"),
         "statistic": ("median of the repeated runs (p20 and p80 kept as ms_p20 / ms_p80)"
                       + (f"; then the median over {rounds} rounds" if rounds > 1 else "")),
-        "warmup": (f"one checked call first (compiles); then, right before each timing, the "
-                   f"implementation alone for {warmup_ms:g} ms (do_bench's warm-up: the GPU's "
-                   "clock under its power limit depends on the last ~0.5 s of load, so each is "
-                   "timed at its own steady state, not its neighbour's)"),
+        "warmup": ((f"one checked call first (compiles); then, right before each timing, the "
+                    f"implementation alone for about {warmup_ms:g} ms (do_bench's warm-up: as many "
+                    "calls as its estimate, the L2 flush included, says fit in that time; the "
+                    "GPU's clock under its power limit depends on the last ~0.5 s of load, so "
+                    "each is timed at its own steady state, not its neighbour's)")
+                   if warmup_ms else "one checked call first, then the timer's own warm-up runs"),
         "order": ("per shape, after every implementation's checked call: "
                   + (f"a shared warm-up of {round_warmup_ms:g} ms (each implementation in turn), "
                      "then " if round_warmup_ms else "")

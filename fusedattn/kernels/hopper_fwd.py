@@ -875,8 +875,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 _turn_pass(turn_bars, WG, PINGPONG)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
             mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
-            if DIAG & 16:
-                _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
+        if DIAG & 16:  # (also for a warpgroup without blocks: every slot is written)
+            _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
         if PP_MODE == 0:
             turns = gl.where(n_blocks > 0, n_blocks + 1, 0)
         else:
@@ -2044,6 +2044,17 @@ def _tma_store_mode(cfg: FwdConfig):
     return 2 if cfg.o_buffer else cfg.tma_store
 
 
+def _check_session10_switches(cfg: FwdConfig) -> None:
+    """o_half and diag_stamps only where the kernel implements them (forward and compile_sm90)."""
+    if cfg.o_half and not (cfg.warp_specialize and cfg.tma_store and cfg.persistent
+                           and cfg.num_consumers == 2
+                           and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
+        raise ValueError("o_half needs tma_store, persistent, two consumer warpgroups and no "
+                         "pingpong / o_buffer / q_prefetch")
+    if cfg.diag_stamps and not cfg.warp_specialize:
+        raise ValueError("diag_stamps: not in the kernel without warp specialisation")
+
+
 def _qpf_diag_bits(cfg: FwdConfig) -> int:
     """The kernel's QPF_DIAG (0 unless a FwdConfig.diag_* switch is on): diagnostics of the Q
     prefetch (scripts/qpf_diag2.py); they act only with q_prefetch (TMA_STORE == 3)."""
@@ -2167,10 +2178,11 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     if cfg.diag_stamps and not (_diagnostic or _warmup or _key_only):
         raise ValueError("diag_stamps is a timing diagnostic that overwrites lse; forward() runs "
                          "it only with _diagnostic=True")
-    if cfg.o_half and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2
-                           and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
-        raise ValueError("o_half needs tma_store, persistent, two consumer warpgroups and no "
-                         "pingpong / o_buffer / q_prefetch")
+    if cfg.diag_stamps and seqlen_q % cfg.block_m:
+        # a tile's 8 int64 stamps need 16 rows of lse of its own, 8-byte aligned
+        raise ValueError(f"diag_stamps needs seqlen_q a multiple of block_m ({cfg.block_m}); "
+                         f"got {seqlen_q}")
+    _check_session10_switches(cfg)
     if cfg.q_prefetch and causal and cfg.num_consumers == 3 and _REFUSE_QPF_CAUSAL_3WG:
         # device run 17 (scripts/qpf_diag.py): wrong values (max error 2.7) at 2 x 1000 x 4
         # heads, then an illegal memory access at 1 x 1152; cause not found yet
@@ -2281,6 +2293,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
     from triton.experimental.gluon._runtime import GluonASTSource
 
     cfg = config or get_config(head_dim, causal)
+    _check_session10_switches(cfg)
     d_pad = padded_head_dim(head_dim)
     lay = repr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4))
     q_rows = cfg.block_m // (3 if cfg.num_consumers == 3 else 1)
