@@ -1,7 +1,8 @@
 """Where a tile's time goes in the 16-bit hopper kernel, and candidates timed order-fairly.
 
 Part 1, clock stamps (FwdConfig.diag_stamps; lse overwritten, so forward() runs it only with
-_diagnostic=True). Per tile, cycles of the tile's SM: consumer warpgroup 0's thread 0 at
+_diagnostic=True; the persistent rows with two consumer warpgroups, and the hdim 64 rows' three
+with the dynamic scheduler). Per tile, cycles of the tile's SM: consumer warpgroup 0's thread 0 at
 0 entry, 1 Q arrived, 2 block 0's softmax done (overlapped rows only), 3 its last P V done,
 4 epilogue issued; 6 SM id, 7 global timer; warpgroup 1's thread 0 at 5 (its last P V done).
 Reported per cell and configuration (medians over tiles): the gap between a tile's end (4) and the
@@ -59,6 +60,11 @@ def _sm_clock():
         return None
 
 
+def stamps_ok(cfg):
+    """Where the kernel implements diag_stamps (hopper_fwd._qpf_diag_bits)."""
+    return cfg.persistent and (cfg.num_consumers == 2 or cfg.scheduler == 1)
+
+
 def cfg_of(name, d, causal):
     return H.get_config(d, causal) if name == "row" else H.variant_config(name, d, causal)
 
@@ -90,11 +96,14 @@ def phases(cfg, q, k, v, causal, d):
     _, lse = H.forward(q, k, v, causal, d ** -0.5, config=scfg, _diagnostic=True)
     torch.cuda.synchronize()
     bm, bn = cfg.block_m, cfg.block_n
-    st = lse.view(b, h, s).reshape(b, h, s // bm, bm)[..., :16].contiguous()
+    n_m = -(-s // bm)   # m-tiles per (batch, head); each tile's stamps: its first 16 lse entries
+    rows = (torch.arange(n_m, device=lse.device)[:, None] * bm
+            + torch.arange(16, device=lse.device)[None, :]).reshape(-1)
+    st = lse.view(b * h, s)[:, rows].reshape(b * h, n_m, 16).contiguous()
     st = st.view(torch.int64).reshape(-1, 8).cpu().tolist()
     nblk = []
     for _ in range(b * h):
-        for m in range(s // bm):
+        for m in range(n_m):
             kv_end = min((m + 1) * bm, s) if causal else s
             nblk.append(-(-kv_end // bn))
     by_sm = {}
@@ -159,7 +168,7 @@ def precompile(variants, workers=14):
                 continue
             kinds = ["cell"] + (["check"] if n != "row" else [])
             cfg = cfg_of(n, d, causal)
-            if STAMPS and cfg.persistent and cfg.num_consumers == 2 and not cfg.q_prefetch:
+            if STAMPS and stamps_ok(cfg):
                 kinds.append("stamps")
             specs += [(n, d, causal, kind, s) for kind in kinds]
     # the check shape does not depend on the cell; a cell's launch may (integer arguments are
@@ -240,7 +249,7 @@ def main():
                 if n not in fns:
                     continue
                 cfg = cfg_of(n, d, causal)
-                if not cfg.persistent or cfg.num_consumers != 2 or cfg.q_prefetch:
+                if not stamps_ok(cfg):
                     continue
                 try:
                     p, st = phases(cfg, q, k, v, causal, d)

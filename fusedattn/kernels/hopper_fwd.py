@@ -1641,17 +1641,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_consumer_dynamic_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -2062,9 +2062,11 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
     if bits and not cfg.q_prefetch:
         raise ValueError("the diag_* switches act only with q_prefetch")
     if cfg.diag_stamps:
-        if not (cfg.persistent and cfg.num_consumers == 2 and not cfg.q_prefetch):
-            raise ValueError("diag_stamps: persistent rows with two consumer warpgroups and no "
-                             "q_prefetch only")
+        # the stamps reach _consumer through the persistent loops' partitions: every two-consumer
+        # one, and the dynamic scheduler's three-consumer ones (the hdim 64 rows)
+        if not (cfg.persistent and (cfg.num_consumers == 2 or cfg.scheduler == 1)):
+            raise ValueError("diag_stamps: persistent rows with two consumer warpgroups, or three "
+                             "with the dynamic scheduler, only")
         bits += 16
     return bits
 
@@ -2178,10 +2180,10 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     if cfg.diag_stamps and not (_diagnostic or _warmup or _key_only):
         raise ValueError("diag_stamps is a timing diagnostic that overwrites lse; forward() runs "
                          "it only with _diagnostic=True")
-    if cfg.diag_stamps and seqlen_q % cfg.block_m:
+    if cfg.diag_stamps and (seqlen_q % 2 or 0 < seqlen_q % cfg.block_m < 16):
         # a tile's 8 int64 stamps need 16 rows of lse of its own, 8-byte aligned
-        raise ValueError(f"diag_stamps needs seqlen_q a multiple of block_m ({cfg.block_m}); "
-                         f"got {seqlen_q}")
+        raise ValueError(f"diag_stamps needs an even seqlen_q whose last tile of {cfg.block_m} "
+                         f"rows has at least 16; got {seqlen_q}")
     _check_session10_switches(cfg)
     if cfg.q_prefetch and causal and cfg.num_consumers == 3 and _REFUSE_QPF_CAUSAL_3WG:
         # device run 17 (scripts/qpf_diag.py): wrong values (max error 2.7) at 2 x 1000 x 4
