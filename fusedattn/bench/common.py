@@ -37,7 +37,8 @@ QUICK_SEQLENS = (2048, 8192)
 # do_bench arguments, in milliseconds of GPU time (warm-up, then repeated runs).
 # each implementation's own warm-up right before each of its timings (do_bench's warm-up): under
 # the H200's power limit a kernel's clock depends on what ran in the last ~0.5 s, so each is timed
-# after 300 ms of itself (device run 43, scripts/timing_protocols.py: round-to-round spread <= 4%)
+# after 300 ms of itself (device run 43, scripts/timing_protocols.py: round-to-round spread <= 7%,
+# against <= 14% after a shared warm-up; 1000 ms gave <= 4% at three times the cost)
 WARMUP_MS = 300
 REP_MS = 100
 

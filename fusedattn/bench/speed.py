@@ -11,8 +11,8 @@ kernel's speed depends on what ran just before it: one after another, each after
 idle time, the implementation timed first looked up to 14% faster (device runs 29-31); after a
 shared warm-up with short timings, each implementation ran at its neighbour's clock, and ratios
 between two kernels moved by up to 10% with the set of columns (runs 39, 42-43). With 300 ms of
-its own load before each timing, the round-to-round spread of one implementation stays within a
-few percent (run 43, scripts/timing_protocols.py). round_warmup_ms > 0 adds a shared warm-up of
+its own load before each timing, the round-to-round spread of one implementation stayed within
+7% (14% after a shared warm-up; run 43, scripts/timing_protocols.py). round_warmup_ms > 0 adds a shared warm-up of
 the cell before the rounds.
 """
 
