@@ -22,6 +22,8 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_cells import cells  # noqa: E402
 import fusedattn  # noqa: E402
 from fusedattn.fp8_api import kv_block_for  # noqa: E402
 from fusedattn.kernels import hopper_fp8_fwd as F  # noqa: E402
@@ -29,9 +31,7 @@ from fusedattn.kernels import hopper_fp8_fwd as F  # noqa: E402
 ROUNDS, WARM_S, REP_MS = 5, 1.0, 40
 CELLS = ((256, False, 2048), (256, False, 8192), (256, True, 8192), (128, False, 8192),
          (128, True, 2048), (128, True, 8192))
-if os.environ.get("FP8_CELLS"):   # e.g. "128,0,2048;64,1,8192"
-    CELLS = tuple((int(d), bool(int(c)), int(s)) for d, c, s in
-                  (x.split(",") for x in os.environ["FP8_CELLS"].split(";")))
+CELLS = cells("FP8_CELLS", CELLS)   # e.g. FP8_CELLS="128,0,2048;256,1,2048"
 
 
 def main():

@@ -22,15 +22,15 @@ from dataclasses import replace
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_cells import cells  # noqa: E402
 import fusedattn  # noqa: E402
 from fusedattn.fp8_api import kv_block_for  # noqa: E402
 from fusedattn.kernels import hopper_fp8_fwd as F  # noqa: E402
 
 CELLS = ((256, False, 2048), (256, False, 8192), (128, False, 2048), (128, False, 8192),
          (128, True, 2048), (256, True, 2048))
-if os.environ.get("FP8_CELLS"):   # e.g. "128,0,2048;256,1,2048"
-    CELLS = tuple((int(d), bool(int(c)), int(s)) for d, c, s in
-                  (x.split(",") for x in os.environ["FP8_CELLS"].split(";")))
+CELLS = cells("FP8_CELLS", CELLS)   # e.g. FP8_CELLS="128,0,2048;256,1,2048"
 # FP8_PHASES_PERSISTENT=1: each cell also with the persistent tile loop (the "gap" is then the
 # time between one program's consecutive tiles)
 MODES = (False, True) if os.environ.get("FP8_PHASES_PERSISTENT") else (False,)

@@ -289,8 +289,8 @@ def test_new_switches_are_refused_where_they_do_not_apply():
             H.forward(x, x, x, True, 0.1, config=H.get_config(256, True, diag_stamps=True),
                       _diagnostic=True)
     with pytest.raises(ValueError, match="diag_stamps"):   # three consumers, static schedule
-        H._qpf_diag_bits(H.get_config(128, False, diag_stamps=True, num_consumers=3,
-                                      block_m=192))
+        H._check_switch_support(H.get_config(128, False, diag_stamps=True, num_consumers=3,
+                                             block_m=192))
     assert H._qpf_diag_bits(H.get_config(64, True, diag_stamps=True)) == 16    # three, dynamic
     with pytest.raises(ValueError, match="diag_stamps"):
         H.compile_sm90(128, False, config=H.get_config(128, False, diag_stamps=True,

@@ -167,8 +167,8 @@ class FwdConfig:
     # (bit 8, compile-time Q buffer indices with three consumers, passed in device run 20 and is
     # now the only form)
     # --- timing diagnostic (session 10), off, never in the table: QPF_DIAG bit 16, persistent
-    # rows with two consumer warpgroups and no q_prefetch; forward() runs it only with
-    # _diagnostic=True (it overwrites lse) ---
+    # rows with two consumer warpgroups, or three with the dynamic scheduler
+    # (_check_switch_support); forward() runs it only with _diagnostic=True (it overwrites lse) ---
     diag_stamps: bool = False       # SM clock stamps of each tile's phases over the tile's first
                                     # 16 lse entries (scripts/hopper_tile_phases.py reads them)
 
@@ -1510,7 +1510,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     # QPF_DIAG: diagnostic bits (FwdConfig.diag_*, _qpf_diag_bits), 0 in every shipped row:
     # with TMA_STORE == 3, 1 fence after the mbarrier inits, 2 O store waited at each tile's end,
     # 4 consumer warpgroups leave together (8: Q buffer indices as constants, now the only form);
-    # 16 (diag_stamps, persistent with two consumer warpgroups) clock stamps per tile.
+    # 16 (diag_stamps, where _check_switch_support allows it) clock stamps per tile.
     pid = gl.program_id(0)
     bh = pid // num_m_tiles
     pid_m = pid % num_m_tiles
@@ -2044,31 +2044,30 @@ def _tma_store_mode(cfg: FwdConfig):
     return 2 if cfg.o_buffer else cfg.tma_store
 
 
-def _check_session10_switches(cfg: FwdConfig) -> None:
-    """o_half and diag_stamps only where the kernel implements them (forward and compile_sm90)."""
+def _check_switch_support(cfg: FwdConfig) -> None:
+    """o_half and diag_stamps only where the kernel implements them (forward and compile_sm90;
+    scripts/hopper_tile_phases.py asks it too)."""
     if cfg.o_half and not (cfg.warp_specialize and cfg.tma_store and cfg.persistent
                            and cfg.num_consumers == 2
                            and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
         raise ValueError("o_half needs tma_store, persistent, two consumer warpgroups and no "
                          "pingpong / o_buffer / q_prefetch")
-    if cfg.diag_stamps and not cfg.warp_specialize:
-        raise ValueError("diag_stamps: not in the kernel without warp specialisation")
+    # the stamps reach _consumer through the persistent loops' partitions: every two-consumer
+    # one, and the dynamic scheduler's three-consumer ones (the hdim 64 rows)
+    if cfg.diag_stamps and not (cfg.warp_specialize and cfg.persistent
+                                and (cfg.num_consumers == 2 or cfg.scheduler == 1)):
+        raise ValueError("diag_stamps: persistent warp-specialised rows with two consumer "
+                         "warpgroups, or three with the dynamic scheduler, only")
 
 
 def _qpf_diag_bits(cfg: FwdConfig) -> int:
-    """The kernel's QPF_DIAG (0 unless a FwdConfig.diag_* switch is on): diagnostics of the Q
-    prefetch (scripts/qpf_diag2.py); they act only with q_prefetch (TMA_STORE == 3)."""
+    """The kernel's QPF_DIAG (0 unless a FwdConfig.diag_* switch is on): 1, 2, 4 diagnostics of
+    the Q prefetch (scripts/qpf_diag2.py; they act only with q_prefetch, TMA_STORE == 3), 16 the
+    clock stamps (diag_stamps; where they apply: _check_switch_support)."""
     bits = 1 * cfg.diag_fence_init + 2 * cfg.diag_store_wait + 4 * cfg.diag_joint_exit
     if bits and not cfg.q_prefetch:
         raise ValueError("the diag_* switches act only with q_prefetch")
-    if cfg.diag_stamps:
-        # the stamps reach _consumer through the persistent loops' partitions: every two-consumer
-        # one, and the dynamic scheduler's three-consumer ones (the hdim 64 rows)
-        if not (cfg.persistent and (cfg.num_consumers == 2 or cfg.scheduler == 1)):
-            raise ValueError("diag_stamps: persistent rows with two consumer warpgroups, or three "
-                             "with the dynamic scheduler, only")
-        bits += 16
-    return bits
+    return bits + 16 * cfg.diag_stamps
 
 
 def _v4_constexprs(cfg: FwdConfig) -> dict:
@@ -2184,7 +2183,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         # a tile's 8 int64 stamps need 16 rows of lse of its own, 8-byte aligned
         raise ValueError(f"diag_stamps needs an even seqlen_q whose last tile of {cfg.block_m} "
                          f"rows has at least 16; got {seqlen_q}")
-    _check_session10_switches(cfg)
+    _check_switch_support(cfg)
     if cfg.q_prefetch and causal and cfg.num_consumers == 3 and _REFUSE_QPF_CAUSAL_3WG:
         # device run 17 (scripts/qpf_diag.py): wrong values (max error 2.7) at 2 x 1000 x 4
         # heads, then an illegal memory access at 1 x 1152; cause not found yet
@@ -2295,7 +2294,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
     from triton.experimental.gluon._runtime import GluonASTSource
 
     cfg = config or get_config(head_dim, causal)
-    _check_session10_switches(cfg)
+    _check_switch_support(cfg)
     d_pad = padded_head_dim(head_dim)
     lay = repr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4))
     q_rows = cfg.block_m // (3 if cfg.num_consumers == 3 else 1)
