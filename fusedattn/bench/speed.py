@@ -12,8 +12,8 @@ idle time, the implementation timed first looked up to 14% faster (device runs 2
 shared warm-up with short timings, each implementation ran at its neighbour's clock, and ratios
 between two kernels moved by up to 10% with the set of columns (runs 39, 42-43). With 300 ms of
 its own load before each timing, the round-to-round spread of one implementation stayed within
-7% (14% after a shared warm-up; run 43, scripts/timing_protocols.py). round_warmup_ms > 0 adds a shared warm-up of
-the cell before the rounds.
+7% (14% after a shared warm-up; run 43, scripts/timing_protocols.py). round_warmup_ms > 0 adds
+a shared warm-up of the cell before the rounds.
 """
 
 from __future__ import annotations
@@ -278,9 +278,9 @@ def _grad_mode(grad):
 def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device) -> None:
     """Time the cell's implementations order-fairly (see the module docstring): a shared warm-up
     of warmup_ms (each in turn; none when 0), then `rounds` rounds, each timing every
-    implementation once (timer, which brings its own warm-up), the order rotated by one per round. Fills each entry with the median over its rounds
-    of ms, ms_p20 and ms_p80 (the rounds' own figures in ms_rounds), reps summed, and tflops. An
-    implementation that raises is recorded as a timing error, left out of later rounds and
+    implementation once (timer, which brings its own warm-up), the order rotated by one per
+    round. Fills each entry with the median over its rounds of ms, ms_p20 and ms_p80 (the
+    rounds' own figures in ms_rounds), reps summed, and tflops. An implementation that raises is recorded as a timing error, left out of later rounds and
     dropped from ``deferred`` (its tensors released); a broken CUDA context raises
     FatalCudaError (run_cell marks the entries not timed)."""
     live = list(deferred)
