@@ -280,9 +280,10 @@ def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device)
     of warmup_ms (each in turn; none when 0), then `rounds` rounds, each timing every
     implementation once (timer, which brings its own warm-up), the order rotated by one per
     round. Fills each entry with the median over its rounds of ms, ms_p20 and ms_p80 (the
-    rounds' own figures in ms_rounds), reps summed, and tflops. An implementation that raises is recorded as a timing error, left out of later rounds and
-    dropped from ``deferred`` (its tensors released); a broken CUDA context raises
-    FatalCudaError (run_cell marks the entries not timed)."""
+    rounds' own figures in ms_rounds), reps summed, and tflops. An implementation that raises
+    is recorded as a timing error, left out of later rounds and dropped from ``deferred`` (its
+    tensors released); a broken CUDA context raises FatalCudaError (run_cell marks the entries
+    not timed)."""
     live = list(deferred)
 
     def run(item, fn):
