@@ -78,6 +78,11 @@ CASES = [
     (256, True, {"diag_stamps": True}),
     (64, True, {"diag_stamps": True}),    # three consumer warpgroups, dynamic scheduler
     (64, False, {"diag_stamps": True}),   # the same with the Q prefetch
+    # session 11: the rows before o_half (hdim 256 non-causal) and o_buffer (hdim 64 causal,
+    # three consumer warpgroups) were adopted (device run 48); o_buffer at hdim 64 non-causal
+    (256, False, {"variant": "no_o_half"}),
+    (64, True, {"variant": "no_o_buf3"}),
+    (64, False, {"variant": "o_buf3"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -104,16 +109,22 @@ VERIFIED_SASS = {
     # hdim 64 non-causal with the Q prefetch (compile-time buffer indices): GPU grid (head dims
     # 40 / 64) passed in device run 21
     (64, False, ()): "6b305f5cd9fdec815bd9fcc8adba2226c182e0c3",
-    (256, False, ()): "8d0408b41a761d85b862c7b5a65dae7491b53587",
+    # hdim 256 non-causal's row until session 11 (now variant no_o_half)
+    (256, False, (("variant", "no_o_half"),)): "8d0408b41a761d85b862c7b5a65dae7491b53587",
     (64, True, (("variant", "keep_empty"),)): "480c4bbb1651f263f242cdd730a84d428014893f",
     # adopted after device run 15 (skip_empty at hdim 64 causal; its smoke checks passed there)
-    (64, True, ()): "9ec563440bcc36d6baf19d9363cef7984b76666a",
+    # (hdim 64 causal's row until session 11, now variant no_o_buf3)
+    (64, True, (("variant", "no_o_buf3"),)): "9ec563440bcc36d6baf19d9363cef7984b76666a",
     (128, True, ()): "ebcdac45fce5af27ef1be03c87af1072ea59c183",
     (256, True, ()): "d0f22634da19154db01ce6afcf9f645454e86fcd",
     # the causal rows of runs 5-6 (now variant "fma"); GPU grid passed in device run 6
     (64, True, (("variant", "fma"),)): "f97bf81590f99dc114f80c5094727336d766097e",
     (128, True, (("variant", "fma"),)): "8e3eedc190fb1a157e2268b2cbc21e30a9c7d4bc",
     (256, True, (("variant", "fma"),)): "647e2dcba2bf90b0ddbf24d4ab5482588d407487",
+    # session 11's adoptions (device run 48): o_half at hdim 256 non-causal, o_buffer at hdim 64
+    # causal; GPU grid, memcheck and racecheck in device run 49 (RESULTS.md)
+    (256, False, ()): "8c8378709aa9d229a02a1001a88458843acdd3d2",
+    (64, True, ()): "5dfbe2241c3025ce383aaa31e8c81853a4570b2f",
     # (the causal rows of device runs 7-12 used the dynamic scheduler, whose code changed with
     # the batch * heads argument after run 13: their digests are no longer pinned)
 }
@@ -248,7 +259,9 @@ def test_o_half_is_new_code(reports):
                for r in reports}
     for causal in (False, True):
         oh = by_case[(256, causal, json.dumps({"variant": "o_half"}))]
-        row = by_case[(256, causal, json.dumps({}))]
+        # the row without it (the non-causal row has it since session 11)
+        row = by_case[(256, causal, json.dumps({"variant": "no_o_half"} if not causal else {}))]
+        assert H.get_config(256, causal).o_half == (not causal)
         assert oh["sass_sha1"] != row["sass_sha1"]
         assert oh["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
         half = H.variant_config("o_half", 256, causal).block_m // 2 * 256 * 2   # bytes, bf16
@@ -298,7 +311,33 @@ def test_new_switches_are_refused_where_they_do_not_apply():
     assert H._qpf_diag_bits(H.get_config(128, False, diag_stamps=True)) == 16
     assert H._tma_store_mode(H.variant_config("o_half", 256, True)) == 4
     assert H.shared_memory_bytes(256, H.variant_config("o_half", 256, False)) == \
-        H.shared_memory_bytes(256, H.get_config(256, False)) + 64 * 256 * 2
+        H.shared_memory_bytes(256, H.variant_config("no_o_half", 256, False)) + 64 * 256 * 2
+
+
+def test_o_buffer_with_three_consumers(reports):
+    """o_buffer on the hdim 64 rows (three consumer warpgroups, session 11): O's three boxes of
+    64 rows in the second half of an 8-box buffer (64 KB of Q + O instead of 32 KB of Q), one
+    TMA store per warpgroup, the same GEMMs as without it."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    row = by_case[(64, True, json.dumps({}))]
+    old = by_case[(64, True, json.dumps({"variant": "no_o_buf3"}))]
+    assert H.get_config(64, True).o_buffer and H.get_config(64, True).num_consumers == 3
+    assert row["sass_sha1"] != old["sass_sha1"]
+    assert row["sass_counts"]["HGMMA"] == old["sass_counts"]["HGMMA"]
+    assert row["sass_counts"]["UTMASTG"] == 3
+    assert row["spill_stores"] == 0
+    box = 64 * 64 * 2   # bytes of one 64-row box at head_dim 64, bf16
+    assert 4 * box <= row["shared_bytes"] - old["shared_bytes"] < 4 * box + 256
+    assert H.shared_memory_bytes(64, H.get_config(64, True)) == \
+        H.shared_memory_bytes(64, H.variant_config("no_o_buf3", 64, True)) + 4 * box
+    # on the non-causal row it replaces the Q prefetch (the two are refused together)
+    nc = by_case[(64, False, json.dumps({"variant": "o_buf3"}))]
+    assert nc["sass_counts"]["UTMASTG"] == 3 and nc["spill_stores"] == 0
+    import torch
+    q = torch.zeros(1, 256, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q_prefetch"):
+        H.forward(q, q, q, False, 0.1, config=H.get_config(64, False, o_buffer=True))
 
 
 def test_l2_section_heads():

@@ -226,10 +226,15 @@ CONFIGS = {
     # Split loops on top (variant split, v8), device run 13: s=2k 371 vs 362 (+2.5%).
     # Empty warpgroups of the last m-tile skip their work (variant skip_empty, v9), device run 15:
     # s=1k/2k 279/381 vs 264/367 (+5.9/+3.9%); the old row is variant keep_empty.
+    # O in its own shared-memory boxes (variant o_buf3, session 11), device run 48 (rotated
+    # rounds, each timing after 300 ms of its own load, 5 rounds): s=1k/2k/4k 282/364/414 vs
+    # 276/356/410 (+2.2/+2.1/+1.0%). The stamps: the gap between tiles falls only 2692 -> 2286
+    # cycles; most of it is warpgroup 0 waiting for warpgroups 1-2's diagonal blocks (wg_bounds).
+    # The previous row is variant no_o_buf3.
     (64, True): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
                       persistent=True, scheduler=1, tma_store=True, wg_bounds=True,
-                      split_loops=True, skip_empty_wg=True),
+                      split_loops=True, skip_empty_wg=True, o_buffer=True),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
@@ -246,7 +251,14 @@ CONFIGS = {
     # s=8192 704 vs 680 (+3.6%).
     # Split loops on top (variant split, v8), device run 13: s=2k/8k 678/712 vs 675/672
     # (+0.4/+5.9%).
-    (256, False): _base(256, persistent=True, tma_store=True, softmax_fma=True, split_loops=True),
+    # One half-tile O buffer that the two warpgroups take in turn (o_half, session 10), so the
+    # next tile's Q loads after the last QK^T instead of after O's store (the stamps: each tile
+    # waited 2000-3300 cycles for its Q, 150 with o_half). Rotated rounds (300 ms of own load per
+    # timing), device runs 47-48: s=1k/2k/4k/8k/16k 562/640/663/684/691 vs 543/611/637/664/674
+    # (+3.4/+4.8/+4.1/+3.0/+2.5%), the SM clock no lower. (Causal: +1.6/+0.8% at 1k/2k but -4.7%
+    # at 8k in run 47, -5.7% in run 46: not there.) The previous row is variant no_o_half.
+    (256, False): _base(256, persistent=True, tma_store=True, softmax_fma=True, split_loops=True,
+                        o_half=True),
     # dynamic longest-first persistent scheduler + FFMA (variant pdyn_fma), device run 7: causal
     # s=1k/2k/4k/8k 396/527/610/662 vs the previous row (v3+FFMA) 367/471/546/603
     # (+8/+12/+12/+10%); with wg_bounds 411/525/603/637 (wins only at 1k). TMA store spills 4 B
@@ -375,8 +387,10 @@ VARIANTS = {
     # at hdim 128; our pingpong was measured flat only on the non-persistent v3 rows (runs 2-5).
     # With tiles of 16 key blocks (seqlen 2k) a warpgroup's epilogue and first softmax could run
     # under the other's GEMMs. pp2: FA3's placement with named barriers; pp1: with mbarriers
-    "pp2": ({"pingpong": True, "pingpong_mode": 2}, (128, 256)),
-    "pp1": ({"pingpong": True, "pingpong_mode": 1}, (128, 256)),
+    # (o_half off: pingpong is not implemented with it; the hdim 256 non-causal row has it since
+    # session 11, these variants were measured without it)
+    "pp2": ({"pingpong": True, "pingpong_mode": 2, "o_half": False}, (128, 256)),
+    "pp1": ({"pingpong": True, "pingpong_mode": 1, "o_half": False}, (128, 256)),
     # session 10: per-warpgroup causal bounds on the shipped hdim 256 causal row (64-key blocks:
     # warpgroup 0's 64 rows skip the tile's last key block). Run 7 measured it on an older row
     # (no split loops, no TMA store): +4% at causal 1k, -1..-4% from 2k
@@ -387,10 +401,30 @@ VARIANTS = {
     # one half-tile O buffer (32 KB; Q + the K / V ring use 192 of 227 KB) the two consumer
     # warpgroups store O in turn and Q is released after the last QK^T
     "o_half": ({"o_half": True}, (256,)),
+    # session 11: hdim 64 at 1k is where cuDNN leads most (causal 0.85x, non-causal 0.94x, run
+    # 45). Run 7 measured a two-warpgroup 128-row tile (pdyn_fma) ahead of the three-warpgroup
+    # row at causal 1k (276 vs 259); since then hdim 128 gained +7..9% at 1k from the TMA store
+    # and O's own tile (runs 7, 11). This is hdim 128's shipped causal row at hdim 64: 128 x 128
+    # tiles, two consumer warpgroups with the overlap, dynamic scheduler, TMA store through O's
+    # own tile, FFMA softmax, split loops (16 + 16 + 3 x 32 KB of shared memory)
+    "d64_pdyn_tmao": ({"persistent": True, "scheduler": 1, "tma_store": True, "o_buffer": True,
+                       "softmax_fma": True, "split_loops": True}, (64,)),
+    # session 11: the hdim 64 rows (three warpgroups) with O in its own shared-memory boxes
+    # (o_buffer; Q in boxes 0..2 of 8, O in 4..6), so Q is released before the epilogue and the
+    # next tile's Q loads under it. Device run 47's stamps, causal row (O through Q's boxes):
+    # 2559 cycles between a tile's end and the next tile's entry at 1k (2784 at 2k), 14% of a
+    # tile; the d64_pdyn_tmao tiles, with O's own tile, 385. On the non-causal row it replaces
+    # the Q prefetch (gap 295 there already)
+    "o_buf3": ({"o_buffer": True, "q_prefetch": False}, (64,)),
+    # the rows before session 11's adoptions (device run 48): hdim 256 non-causal without o_half,
+    # hdim 64 causal without o_buffer
+    "no_o_half": ({"o_half": False}, (256,)),
+    "no_o_buf3": ({"o_buffer": False}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
-            "pp2", "pp1", "wgb", "o_half"}
+            "pp2", "pp1", "wgb", "o_half", "o_buf3",
+            "no_o_half", "no_o_buf3"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -749,9 +783,11 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     Returns the counters after the tile.
     """
     M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
-    if TMA_STORE == 2:  # [2, ...]: Q tile, then O's own tile (v6 o_buffer)
-        o_buf = q_smem.index(1)
-        q_smem = q_smem.index(0)
+    if TMA_STORE == 2:
+        if NC != 3:  # [2, ...]: Q tile, then O's own tile (v6 o_buffer)
+            o_buf = q_smem.index(1)
+            q_smem = q_smem.index(0)
+        # (three consumers: [8, ...] boxes, Q in 0..2 and O in 4..6, session 11)
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -957,12 +993,19 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         # store; the wait for this store happens at the next tile's epilogue or at the exit.
         tma.store_wait(0)
         gl.thread_barrier()
-        o_view = o_buf.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+        if NC == 3:  # this warpgroup's own O box, 4 + WG
+            o_view = q_smem.index(4 + WG).reshape([M_WG, HEAD_DIM])
+        else:
+            o_view = o_buf.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
         o_view.store(out.to(dtype))
         fence_async_shared()
         gl.thread_barrier()
-        tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
-                                        o_buf.slice(WG * M_WG, M_WG, dim=1))
+        if NC == 3:
+            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                            q_smem.index(4 + WG))
+        else:
+            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                            o_buf.slice(WG * M_WG, M_WG, dim=1))
     elif TMA_STORE:
         # O goes through this warpgroup's own rows of the Q tile in shared memory (every QK^T
         # that read them has completed) and out with one TMA store; the copy engine clips rows
@@ -1536,7 +1579,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
 
     dtype: gl.constexpr = q_desc.dtype
     if NUM_CONSUMERS == 3:  # q_desc box: BLOCK_M // 3 rows; buffers 0..2 used
-        if TMA_STORE == 3:  # v10: two tiles' boxes, 0..2 and 4..6
+        if TMA_STORE >= 2:  # v10: two tiles' boxes, 0..2 and 4..6; o_buffer: Q 0..2, O 4..6
             q_smem = gl.allocate_shared_memory(dtype, [8] + q_desc.block_type.shape,
                                                q_desc.layout)
         else:
@@ -1957,8 +2000,8 @@ def shared_memory_bytes(head_dim: int, cfg: FwdConfig, elem: int = 2) -> int:
     """Shared memory the kernel allocates for its tiles (the barriers add a few bytes)."""
     # three consumers: the Q tile is 4 power-of-two buffers of block_m // 3 rows (3 used)
     q_rows = cfg.block_m // 3 * 4 if cfg.num_consumers == 3 else cfg.block_m
-    if cfg.o_buffer:
-        q_rows += cfg.block_m
+    if cfg.o_buffer:  # (three consumers: O's boxes are the second half of 8 boxes)
+        q_rows += cfg.block_m // 3 * 4 if cfg.num_consumers == 3 else cfg.block_m
     if cfg.o_half:
         q_rows += cfg.block_m // 2
     return elem * head_dim * (q_rows + 2 * cfg.num_stages * cfg.block_n)
@@ -2251,8 +2294,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         extra["SOFTMAX_FMA"] = False
     if cfg.split_loops:
         extra["SPLIT_LOOPS"] = True
-    if cfg.o_buffer and not (cfg.tma_store and cfg.persistent and cfg.num_consumers == 2):
-        raise ValueError("o_buffer needs tma_store, persistent and two consumer warpgroups")
+    if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
+        raise ValueError("o_buffer needs tma_store and persistent")
     if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
                                and not cfg.o_buffer):
         raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
