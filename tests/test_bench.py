@@ -438,6 +438,7 @@ def test_time_in_rounds_rotates_the_order_and_takes_medians():
     assert calls[:3] == ["a", "b", "c"]                    # the warm-up ran each in turn
     assert timed == ["a", "b", "c", "b", "c", "a", "a", "b"]   # c raised in round 3
     assert entries["a"]["ms"] == 2.0 and entries["a"]["ms_rounds"] == [3.0, 1.0, 2.0]
+    assert entries["a"]["sm_clock_mhz_rounds"] == [None, None, None]   # no CUDA device here
     assert entries["b"]["ms"] == 6.0 and entries["b"]["reps"] == 30
     assert entries["a"]["tflops"] == pytest.approx(1e12 / 2e-3 / 1e12)
     assert "c broke" in entries["c"]["error"] and entries["c"]["error_stage"] == "timing"

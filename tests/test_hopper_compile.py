@@ -83,6 +83,9 @@ CASES = [
     (256, False, {"variant": "no_o_half"}),
     (64, True, {"variant": "no_o_buf3"}),
     (64, False, {"variant": "o_buf3"}),
+    # session 11 candidate: FA3's key-block order (kv_reverse), device run 52
+    (128, True, {"variant": "rev"}),
+    (256, True, {"variant": "rev"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -269,6 +272,31 @@ def test_o_half_is_new_code(reports):
         assert half <= oh["shared_bytes"] - row["shared_bytes"] < half + 256
 
 
+def test_kv_reverse_is_new_code(reports):
+    """kv_reverse (session 11): the same GEMMs and shared memory as the rows it modifies, a
+    different kernel, no spills; refused where the kernel does not implement it."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for d in (128, 256):
+        rev = by_case[(d, True, json.dumps({"variant": "rev"}))]
+        assert rev["config"]["kv_reverse"] and rev["spill_stores"] == 0
+        assert rev["sass_sha1"] != by_case[(d, True, json.dumps({}))]["sass_sha1"]
+        assert rev["shared_bytes"] == by_case[(d, True, json.dumps({}))]["shared_bytes"]
+    # hdim 128 causal's row has one loop over every block; rev has the same overlapped step
+    # in two loops (masked, unmasked) instead of one with the mask chosen at run time
+    assert H._qpf_diag_bits(H.variant_config("rev", 128, True)) == 32
+    import torch
+    q = torch.zeros(1, 256, 2, 128, dtype=torch.bfloat16)
+    for bad in (dict(scheduler=0), dict(overlap=False), dict(wg_bounds=True),
+                dict(split_loops=True), dict(pingpong=True), dict(num_consumers=3, block_m=192),
+                dict(q_prefetch=True, o_buffer=False)):
+        cfg = H.get_config(128, True, kv_reverse=True, **bad)
+        with pytest.raises(ValueError, match="kv_reverse"):
+            H.forward(q, q, q, True, 0.1, config=cfg)
+        with pytest.raises(ValueError, match="kv_reverse"):
+            H.compile_sm90(128, True, config=cfg)
+
+
 def test_timing_stamps_reach_the_code(report):
     """diag_stamps: clock reads in the kernel exactly when it is on: 5 by consumer warpgroup 0
     and 1 by warpgroup 1 with the overlap (4 and 1 without; the two-buffer Q prefetch has two
@@ -338,6 +366,8 @@ def test_o_buffer_with_three_consumers(reports):
     q = torch.zeros(1, 256, 2, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="q_prefetch"):
         H.forward(q, q, q, False, 0.1, config=H.get_config(64, False, o_buffer=True))
+    with pytest.raises(ValueError, match="q_prefetch"):
+        H.compile_sm90(64, False, config=H.get_config(64, False, o_buffer=True))
 
 
 def test_l2_section_heads():

@@ -280,7 +280,11 @@ def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device)
     of warmup_ms (each in turn; none when 0), then `rounds` rounds, each timing every
     implementation once (timer, which brings its own warm-up), the order rotated by one per
     round. Fills each entry with the median over its rounds of ms, ms_p20 and ms_p80 (the
-    rounds' own figures in ms_rounds), reps summed, and tflops. An implementation that raises
+    rounds' own figures in ms_rounds), reps summed, and tflops; sm_clock_mhz_rounds: the SM clock
+    read right after each of its timings (None where it cannot be read: no CUDA device, no
+    pynvml). Under the H200's power limit the clock moves by several percent between timings of
+    the same kernel, and that explains most of a ratio's movement between runs (RESULTS.md,
+    session 11). An implementation that raises
     is recorded as a timing error, left out of later rounds and dropped from ``deferred`` (its
     tensors released); a broken CUDA context raises FatalCudaError (run_cell marks the entries
     not timed)."""
@@ -323,7 +327,8 @@ def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device)
             break
         k = r % len(live)
         for item in live[k:] + live[:k]:   # (an item leaves `live` only by its own failure)
-            run(item, lambda it: stats[id(it[0])].append(timer(it[1])))
+            run(item, lambda it: stats[id(it[0])].append(
+                dict(timer(it[1]), sm_clock_mhz=_sm_clock(device))))
     import statistics
     for entry, _, _ in live:
         got = stats[id(entry)]
@@ -332,7 +337,20 @@ def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device)
         entry["ms_p80"] = statistics.median(g["ms_p80"] for g in got)
         entry["reps"] = sum(g["reps"] for g in got)
         entry["ms_rounds"] = [g["ms"] for g in got]
+        entry["sm_clock_mhz_rounds"] = [g["sm_clock_mhz"] for g in got]
         entry["tflops"] = C.tflops(entry["flops"], entry["ms"])
+
+
+def _sm_clock(device):
+    """The SM clock of a CUDA device in MHz now (torch.cuda.clock_rate, through pynvml), or None
+    for any other device or where it cannot be read."""
+    if str(device).split(":")[0] != "cuda":
+        return None
+    try:
+        import torch
+        return torch.cuda.clock_rate(device)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _after_error(device) -> None:

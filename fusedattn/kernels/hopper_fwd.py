@@ -171,6 +171,12 @@ class FwdConfig:
     # (_check_switch_support); forward() runs it only with _diagnostic=True (it overwrites lse) ---
     diag_stamps: bool = False       # SM clock stamps of each tile's phases over the tile's first
                                     # 16 lse entries (scripts/hopper_tile_phases.py reads them)
+    # --- session 11 candidate, off: QPF_DIAG bit 32 (dynamic scheduler, two consumer
+    # warpgroups, overlap; _check_switch_support) ---
+    kv_reverse: bool = False        # key blocks from the last to the first (FA3's order): the
+                                    # masked blocks (causal: the diagonal) come first, block 0's
+                                    # non-overlapped softmax takes the mask, and the steady loop
+                                    # has the unmasked softmax only
 
     @property
     def num_warps(self) -> int:
@@ -365,7 +371,8 @@ VARIANTS = {
     # v9 (hopper_log.md v9): hdim 64's 192-row tiles: empty warpgroups of the last m-tile skip
     # (adopted for hdim 64 causal after device run 15; non-causal: flat there, not adopted)
     "skip_empty": ({"skip_empty_wg": True}, (64,)),
-    "keep_empty": ({"skip_empty_wg": False}, (64,)),   # hdim 64 causal's row before run 15
+    "keep_empty": ({"skip_empty_wg": False, "o_buffer": False}, (64,)),  # hdim 64 causal's
+    # row before run 15
     # the dynamic scheduler's L2 section (FA3's 32 MB) halved and doubled, on the causal rows
     "l2_16": ({"l2_section_mb": 16}, None),
     "l2_64": ({"l2_section_mb": 64}, None),
@@ -420,11 +427,17 @@ VARIANTS = {
     # hdim 64 causal without o_buffer
     "no_o_half": ({"o_half": False}, (256,)),
     "no_o_buf3": ({"o_buffer": False}, (64,)),
+    # session 11: FA3's key-block order on the hdim 128 causal row (device run 51's stamps: the
+    # causal loop costs 2788 cycles per block at 2k against the non-causal loop's 2441; FA3 leads
+    # by 4-14% at 1k-4k). The diagonal block first, where block 0's softmax waits for its QK^T
+    # anyway; the steady loop then runs the unmasked softmax only, with no run-time mask choice
+    # (hdim 256 causal: its row's split loops off, which kv_reverse replaces)
+    "rev": ({"kv_reverse": True, "split_loops": False}, (128, 256)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
-            "no_o_half", "no_o_buf3"}
+            "no_o_half", "no_o_buf3", "rev"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -458,7 +471,8 @@ def variant_config(name: str, head_dim: int, causal: bool = False, **overrides) 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
               b, h, kvh, m_start, n_blocks,
-              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base=0, NC: gl.constexpr = 2):
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base=0, NC: gl.constexpr = 2,
+              REV: gl.constexpr = 0):
     if NC == 3:
         # three Q boxes of BLOCK_M // 3 rows, one per consumer warpgroup (shared-memory shapes
         # must be powers of two, so a 192-row tile is q_smem[0..2] of a [4, 1, 64, 1, D] buffer)
@@ -476,14 +490,18 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_
         # both consumer warpgroups must have released this stage's K (kv_empty[s]) and V
         # (kv_empty[NUM_STAGES + s]); a fresh barrier passes at once. K is released as soon as
         # the scores are computed, so the next K can land while P V still reads V.
+        if REV:  # kv_reverse: the ring's j-th stage holds key block n_blocks - 1 - j
+            key = (n_blocks - 1 - j) * BLOCK_N
+        else:
+            key = j * BLOCK_N
         mbarrier.wait(kv_empty.index(s), ph ^ 1)
         kb = k_ready.index(s)
         mbarrier.expect(kb, k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, kvh, 0], kb, k_smem.index(s))
+        tma.async_copy_global_to_shared(k_desc, [b, key, kvh, 0], kb, k_smem.index(s))
         mbarrier.wait(kv_empty.index(NUM_STAGES + s), ph ^ 1)
         vb = v_ready.index(s)
         mbarrier.expect(vb, v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, kvh, 0], vb, v_smem.index(s))
+        tma.async_copy_global_to_shared(v_desc, [b, key, kvh, 0], vb, v_smem.index(s))
 
 
 @gluon.jit
@@ -689,10 +707,12 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
                   MASK: gl.constexpr, WG: gl.constexpr, CAUSAL: gl.constexpr,
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
-                  row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0):
+                  row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
+                  REV: gl.constexpr = 0, n_rev=0):
     # one steady-state iteration of _consumer's overlapped loop: QK^T of block j and P V of block
     # j - 1 in flight together. MASK: False / True, or 2: masked iff j >= n_unmasked (one loop
-    # over every block; False / True serve the v8 split loops)
+    # over every block; False / True serve the v8 split loops). REV (kv_reverse): step j of the
+    # ring holds key block n_rev - 1 - j (its columns for the mask)
     s = (kv_base + j) % NUM_STAGES
     sp = (kv_base + j - 1) % NUM_STAGES
     mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
@@ -709,8 +729,13 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
     _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
     s_acc = warpgroup_mma_wait(1, deps=[s_tok])
     mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
-    p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
-                                         n_unmasked, MASK, CAUSAL, BLOCK_N, s_layout, FMA)
+    if REV:
+        jb = n_rev - 1 - j
+    else:
+        jb = j
+    p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, jb, seqlen_k, causal_off,
+                                         qk_scale, n_unmasked, MASK, CAUSAL, BLOCK_N, s_layout,
+                                         FMA)
     alpha_o = gl.convert_layout(alpha, row_o)
     p_prev = gl.convert_layout(p.to(p_prev.dtype), p_layout)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
@@ -862,10 +887,19 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 _release_q_buffer(q_empty)
             s_acc = warpgroup_mma_wait(0, deps=[s_tok])
             mbarrier.arrive(kv_empty.index(s0), count=1)  # K_0 read
-            # split loops: block 0 always masked (once per tile; exact for a fully visible block)
-            p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
-                                                 qk_scale, n_unmasked, True if SPLIT else 2,
-                                                 CAUSAL, BLOCK_N, s_layout, FMA)
+            if DIAG & 32:
+                # kv_reverse: the first step holds the last key block (causal: the diagonal),
+                # masked (exact for a fully visible block)
+                p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, n_blocks - 1,
+                                                     seqlen_k, causal_off, qk_scale, n_unmasked,
+                                                     True, CAUSAL, BLOCK_N, s_layout, FMA)
+            else:
+                # split loops: block 0 always masked (once per tile; exact for a fully visible
+                # block)
+                p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, 0, seqlen_k,
+                                                     causal_off, qk_scale, n_unmasked,
+                                                     True if SPLIT else 2, CAUSAL, BLOCK_N,
+                                                     s_layout, FMA)
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
             if DIAG & 16:
                 if WG == 0:
@@ -886,8 +920,23 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA)
+        if DIAG & 32:
+            # kv_reverse: steps 1 .. n_blocks - n_unmasked - 1 hold the other masked blocks
+            # (none when seqlen_q == seqlen_k and BLOCK_M == BLOCK_N), the rest unmasked ones
+            for j in range(1, n_blocks - n_unmasked):
+                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                    j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
+                    alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
+                    turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks)
+            for j in range(gl.maximum(n_blocks - n_unmasked, 1), n_blocks):
+                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                    j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
+                    alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
+                    turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks)
         # steady state: QK^T of block j and P V of block j-1 in flight together
-        if not SPLIT:
+        if not SPLIT and not (DIAG & 32):
             for j in range(1, n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
@@ -1279,7 +1328,8 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
                       k_ready, v_ready, kv_empty, tile_smem, tile_counter,
                       n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                       CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                      NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2):
+                      NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2, DIAG: gl.constexpr = 0):
+    # DIAG: the kernel's QPF_DIAG; bit 32 (kv_reverse) reverses the key blocks' order
     num_tiles = n_bh * num_m_tiles
     grid = gl.num_programs(0)
     c = gl.program_id(0) * 0  # K/V ring counter, carried across tiles
@@ -1293,7 +1343,7 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
         _publish_tile(tile_smem, 1, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q,
                       seqlen_k)
         _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC)
+                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC, DIAG & 32)
         r = gl.atomic_add(tile_counter, 1)
         if r == num_tiles - 1:  # the launch's last fetch: reset the counter for the next launch
             gl.atomic_xchg(tile_counter, 0)
@@ -1732,7 +1782,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES)),
+                        BLOCK_M, BLOCK_N, NUM_STAGES, 2, QPF_DIAG)),
                 ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
         elif NUM_CONSUMERS == 3:
             gl.warp_specialize([
@@ -2088,8 +2138,22 @@ def _tma_store_mode(cfg: FwdConfig):
 
 
 def _check_switch_support(cfg: FwdConfig) -> None:
-    """o_half and diag_stamps only where the kernel implements them (forward and compile_sm90;
-    scripts/hopper_tile_phases.py asks it too)."""
+    """o_half, o_buffer, q_prefetch and diag_stamps only where the kernel implements them
+    (forward and compile_sm90, before any kernel work; scripts/hopper_tile_phases.py asks it
+    too)."""
+    if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
+        raise ValueError("o_buffer needs tma_store and persistent")
+    # kv_reverse reaches the dynamic scheduler's producer and the overlapped consumer loop only
+    if cfg.kv_reverse and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
+                               and cfg.num_consumers == 2 and cfg.overlap and not cfg.q_prefetch
+                               and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong
+                                        or cfg.split_loops)):
+        raise ValueError("kv_reverse: the dynamic scheduler with two consumer warpgroups and the "
+                         "overlap only (no q_prefetch, wg_bounds, skip_empty_wg, pingpong or "
+                         "split_loops)")
+    if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
+                               and not cfg.o_buffer):
+        raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
     if cfg.o_half and not (cfg.warp_specialize and cfg.tma_store and cfg.persistent
                            and cfg.num_consumers == 2
                            and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
@@ -2110,7 +2174,7 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
     bits = 1 * cfg.diag_fence_init + 2 * cfg.diag_store_wait + 4 * cfg.diag_joint_exit
     if bits and not cfg.q_prefetch:
         raise ValueError("the diag_* switches act only with q_prefetch")
-    return bits + 16 * cfg.diag_stamps
+    return bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse
 
 
 def _v4_constexprs(cfg: FwdConfig) -> dict:
@@ -2294,11 +2358,6 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         extra["SOFTMAX_FMA"] = False
     if cfg.split_loops:
         extra["SPLIT_LOOPS"] = True
-    if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
-        raise ValueError("o_buffer needs tma_store and persistent")
-    if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
-                               and not cfg.o_buffer):
-        raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
     qpf_diag = _qpf_diag_bits(cfg)
     if qpf_diag:  # passed only when on: the kernels without it keep their specialisation
         extra["QPF_DIAG"] = qpf_diag
