@@ -433,11 +433,18 @@ VARIANTS = {
     # anyway; the steady loop then runs the unmasked softmax only, with no run-time mask choice
     # (hdim 256 causal: its row's split loops off, which kv_reverse replaces)
     "rev": ({"kv_reverse": True, "split_loops": False}, (128, 256)),
+    # session 11: a third K/V stage, so that the producer runs one more block ahead and the next
+    # tile's first blocks load earlier (run 52's stamps: block 0 at hdim 128 causal takes ~2500
+    # cycles, about one steady block, for half a block's GEMMs). hdim 128 causal: O back through
+    # Q's tile (Q 32 KB + 3 x 64 KB = 224 KB; O's own tile no longer fits); hdim 64 (three
+    # warpgroups): Q + O boxes 64 KB + 3 x 32 KB
+    "s3_128": ({"num_stages": 3, "o_buffer": False}, (128,)),
+    "s3_64": ({"num_stages": 3}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
-            "no_o_half", "no_o_buf3", "rev"}
+            "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
