@@ -225,6 +225,16 @@ def test_sweep_checks_flags_wrong_results_and_records_errors(no_interpreter):
     assert len(ratios["fusedattn-reference"]) == 2 and ratios["fusedattn-wrong"] == []
     text = report.render({"speed": entries, "env": C.environment("cpu")})
     assert "kernel exploded" in text and "WRONG" in text
+    assert "SM clock" not in text   # no clock read on the CPU
+
+
+def test_report_lists_the_sm_clock_per_implementation():
+    from fusedattn.bench import report
+    entries = [{"impl": "a", "pass": "fwd", "sm_clock_mhz_rounds": [1500, 1700, 1600]},
+               {"impl": "a", "pass": "fwd", "sm_clock_mhz_rounds": [1650, None]},
+               {"impl": "b", "pass": "fwd", "sm_clock_mhz_rounds": [None, None]}]
+    lines = report.clock_lines(entries)
+    assert lines == ["- a fwd: median 1650 MHz (range 1500-1700, 4 timings)"]
 
 
 def test_fp8_hook_adds_a_checked_forward_column(no_interpreter, monkeypatch):

@@ -187,6 +187,23 @@ def summary_lines(entries: list[dict], ratios_by_pass: dict) -> list[str]:
     return lines
 
 
+def clock_lines(entries: list[dict]) -> list[str]:
+    """The SM clock read after each timing (sm_clock_mhz_rounds), per implementation and pass:
+    median and range over the run. Under a power limit the clock moves between timings, and an
+    implementation's clock is part of its figure. Empty where no clock was read."""
+    by = {}
+    for e in entries:
+        vals = [v for v in e.get("sm_clock_mhz_rounds") or [] if v]
+        if vals:
+            by.setdefault((e.get("impl"), e.get("pass")), []).extend(vals)
+    lines = []
+    for (impl, pass_), vals in by.items():
+        vals.sort()
+        lines.append(f"- {impl} {pass_}: median {vals[len(vals) // 2]} MHz "
+                     f"(range {vals[0]}-{vals[-1]}, {len(vals)} timings)")
+    return lines
+
+
 def error_lines(entries: list[dict], extra: list[dict] = ()) -> list[str]:
     """Each distinct error once, with how many results it hit and where."""
     groups: "OrderedDict[tuple, list]" = OrderedDict()
@@ -344,6 +361,10 @@ def render(results: dict) -> str:
         summ = summary_lines(entries, ratios_by_pass)
         if summ:
             out += ["", "Summary:"] + summ
+    clocks = clock_lines(entries)
+    if clocks:
+        out += ["", "SM clock read after each timing (under the power limit it moves between "
+                "timings; part of each figure):"] + clocks
     status = results.get("status")
     if status:
         out += ["", f"Status: {status}"]
