@@ -65,6 +65,15 @@ device run 5 (GPU grid passed in run 6); the others are off:
                            rows see and masks only the blocks its first row does not fully see
                            (hdim 256: warpgroup 0 skips one 64-key block per tile; 3 warpgroups
                            of 64 rows with BLOCK_N 128: 1.5 of 3 skip one block on average).
+    o_buffer (v6)          with persistent + tma_store: O in its own shared-memory tile, so the
+                           next tile's Q loads after the last QK^T instead of after O's store
+                           (shipped at hdim 128; three consumers since session 11: Q in boxes
+                           0..2 and O in 4..6 of an 8-box buffer, shipped at hdim 64 causal).
+    o_half (session 10)    where O's own tile does not fit (hdim 256): one half-tile O buffer
+                           that the two consumer warpgroups take in turn (turn mbarriers);
+                           shipped at hdim 256 non-causal since session 11.
+    kv_reverse (session 11) FA3's key-block order: the last (masked) block first, the steady
+                           loop unmasked (candidate, off: at most 1.5% of cycles, device run 52).
     head_dim not in (64, 128, 256) (a multiple of 8, <= 256): runs at the next native head dim;
                            the TMA boxes are wider than the tensors, the copy engine zero-fills the
                            missing columns of Q, K, V, and the store masks them (D_REAL).
@@ -150,7 +159,7 @@ class FwdConfig:
                                   # two consumer warpgroups take in turn (kernel TMA_STORE == 4),
                                   # so Q is released after the last QK^T as with o_buffer, where a
                                   # whole O tile does not fit (hdim 256: 192 + 32 KB)
-    o_buffer: bool = False        # with persistent + tma_store (2 consumers): O gets its own
+    o_buffer: bool = False        # with persistent + tma_store (2 or 3 consumers): O gets its own
                                   # shared-memory tile instead of reusing Q's, so the next tile's
                                   # Q load starts after the last QK^T, not after the TMA store
     # --- diagnostics of q_prefetch at hdim 64 causal (scripts/qpf_diag2.py); off, never in the
