@@ -86,6 +86,9 @@ CASES = [
     # session 11 candidate: FA3's key-block order (kv_reverse), device run 52
     (128, True, {"variant": "rev"}),
     (256, True, {"variant": "rev"}),
+    # session 11 candidate: K / V stages released through named barriers (kv_release_nb)
+    (128, True, {"variant": "nbr"}),
+    (256, True, {"variant": "nbr"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -135,7 +138,7 @@ VERIFIED_SASS = {
 # The compile runs in a subprocess: conftest.py turns on TRITON_INTERPRET for the CPU tests, and a
 # Gluon kernel imported under the interpreter cannot be compiled.
 _SCRIPT = """
-import json, sys
+import json, re, sys
 from fusedattn import inspect as fi
 out = []
 for d, c, ov in json.loads(sys.argv[1]):
@@ -147,6 +150,9 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_atom_add"] = ptx.count("atom.global.gpu.acq_rel.add")
     r["ptx_clock64"] = ptx.count("%clock64")
     r["ptx_atom_exch"] = ptx.count("atom.global.gpu.acq_rel.exch")
+    r["ptx_wg_bar_syncs"] = len(re.findall(r"bar\\.sync\\s+\\d+, 128;", ptx))
+    r["ptx_nb_arrive_288"] = len(re.findall(r"bar\\.arrive\\s+%r\\d+, 288;", ptx))
+    r["ptx_nb_sync_288"] = len(re.findall(r"bar\\.sync\\s+%r\\d+, 288;", ptx))
     sass = fi.sass_counts(k.asm["cubin"])["sass"]
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
@@ -285,16 +291,43 @@ def test_kv_reverse_is_new_code(reports):
     # hdim 128 causal's row has one loop over every block; rev has the same overlapped step
     # in two loops (masked, unmasked) instead of one with the mask chosen at run time
     assert H._qpf_diag_bits(H.variant_config("rev", 128, True)) == 32
+    _assert_refused("kv_reverse", dict(split_loops=True))
+
+
+def _assert_refused(switch, *extra):
+    """forward() and compile_sm90 refuse the hdim 128 causal row with `switch` on where the
+    kernel does not implement it, before any kernel work."""
     import torch
     q = torch.zeros(1, 256, 2, 128, dtype=torch.bfloat16)
     for bad in (dict(scheduler=0), dict(overlap=False), dict(wg_bounds=True),
-                dict(split_loops=True), dict(pingpong=True), dict(num_consumers=3, block_m=192),
-                dict(q_prefetch=True, o_buffer=False)):
-        cfg = H.get_config(128, True, kv_reverse=True, **bad)
-        with pytest.raises(ValueError, match="kv_reverse"):
+                dict(pingpong=True), dict(num_consumers=3, block_m=192),
+                dict(q_prefetch=True, o_buffer=False), *extra):
+        cfg = H.get_config(128, True, **{switch: True}, **bad)
+        with pytest.raises(ValueError, match=switch):
             H.forward(q, q, q, True, 0.1, config=cfg)
-        with pytest.raises(ValueError, match="kv_reverse"):
+        with pytest.raises(ValueError, match=switch):
             H.compile_sm90(128, True, config=cfg)
+
+
+def test_kv_release_through_named_barriers(reports):
+    """kv_release_nb (session 11): the consumers' K / V releases become bar.arrive on named
+    barriers of 288 threads (two consumer warpgroups + the producer warp), the producer's waits
+    bar.sync, and the warpgroup bar.sync that Gluon puts before each mbarrier.arrive go away;
+    the rows have none of it. Refused where it does not apply."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for d in (128, 256):
+        nbr = by_case[(d, True, json.dumps({"variant": "nbr"}))]
+        row = by_case[(d, True, json.dumps({}))]
+        assert row["ptx_nb_arrive_288"] == 0 and row["ptx_nb_sync_288"] == 0
+        # per consumer warpgroup: block 0's K, the loop's K and V (once per loop copy), the
+        # last V; the producer: K and V in its loop and in its drain
+        assert nbr["ptx_nb_arrive_288"] >= 8 and nbr["ptx_nb_sync_288"] == 4
+        assert row["ptx_wg_bar_syncs"] - nbr["ptx_wg_bar_syncs"] == nbr["ptx_nb_arrive_288"]
+        assert nbr["spill_stores"] == 0
+        assert nbr["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
+    assert H._qpf_diag_bits(H.variant_config("nbr", 128, True)) == 64
+    _assert_refused("kv_release_nb", dict(num_stages=4))
 
 
 def test_timing_stamps_reach_the_code(report):

@@ -186,6 +186,11 @@ class FwdConfig:
                                     # masked blocks (causal: the diagonal) come first, block 0's
                                     # non-overlapped softmax takes the mask, and the steady loop
                                     # has the unmasked softmax only
+    kv_release_nb: bool = False     # session 11 candidate, off (QPF_DIAG bit 64; same rows as
+                                    # kv_reverse): the consumers release K / V stages with a
+                                    # named-barrier bar.arrive, which Gluon's mbarrier.arrive
+                                    # precedes with a warpgroup bar.sync (two per key block
+                                    # in the loop); the producer waits with bar.sync
 
     @property
     def num_warps(self) -> int:
@@ -449,11 +454,19 @@ VARIANTS = {
     # warpgroups): Q + O boxes 64 KB + 3 x 32 KB
     "s3_128": ({"num_stages": 3, "o_buffer": False}, (128,)),
     "s3_64": ({"num_stages": 3}, (64,)),
+    # session 11: the K / V stages released through named barriers (kv_release_nb). The SASS of
+    # the hdim 128 causal row against FA3's (helper comparison, RESULTS.md run 52): the steady
+    # loop executes the same instructions per key block (466 against 469), but ours has three
+    # warpgroup bar.sync per block, two of them from Gluon's mbarrier.arrive (its lowering
+    # syncs the partition before one thread arrives); FA3 releases per warp with no barrier
+    "nbr": ({"kv_release_nb": True}, (128, 256)),
+    "nbr_rev": ({"kv_release_nb": True, "kv_reverse": True, "split_loops": False}, (128, 256)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
-            "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64"}
+            "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr",
+            "nbr_rev"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -488,7 +501,7 @@ def variant_config(name: str, head_dim: int, causal: bool = False, **overrides) 
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
               b, h, kvh, m_start, n_blocks,
               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base=0, NC: gl.constexpr = 2,
-              REV: gl.constexpr = 0):
+              REV: gl.constexpr = 0, NB: gl.constexpr = 0):
     if NC == 3:
         # three Q boxes of BLOCK_M // 3 rows, one per consumer warpgroup (shared-memory shapes
         # must be powers of two, so a 192-row tile is q_smem[0..2] of a [4, 1, 64, 1, D] buffer)
@@ -510,11 +523,19 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_
             key = (n_blocks - 1 - j) * BLOCK_N
         else:
             key = j * BLOCK_N
-        mbarrier.wait(kv_empty.index(s), ph ^ 1)
+        if NB:  # kv_release_nb: the stage's first use needs no wait
+            if kv_base + j >= NUM_STAGES:
+                _nb_op(4 + s, True)
+        else:
+            mbarrier.wait(kv_empty.index(s), ph ^ 1)
         kb = k_ready.index(s)
         mbarrier.expect(kb, k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [b, key, kvh, 0], kb, k_smem.index(s))
-        mbarrier.wait(kv_empty.index(NUM_STAGES + s), ph ^ 1)
+        if NB:
+            if kv_base + j >= NUM_STAGES:
+                _nb_op(4 + NUM_STAGES + s, True)
+        else:
+            mbarrier.wait(kv_empty.index(NUM_STAGES + s), ph ^ 1)
         vb = v_ready.index(s)
         mbarrier.expect(vb, v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [b, key, kvh, 0], vb, v_smem.index(s))
@@ -678,6 +699,31 @@ def _turn_pass(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr, PP_MODE: gl.
             mbarrier.arrive(turn_bars.index(1 - WG), count=1)
 
 
+# kv_release_nb (QPF_DIAG bit 64): the K / V stages released through named hardware barriers
+# instead of the kv_empty mbarriers. Stage s's K is barrier 4 + s and its V 4 + NUM_STAGES + s
+# (Triton's partitions use 0..3, pingpong 10 / 11; NUM_STAGES <= 3). Each barrier counts the two
+# consumer warpgroups' bar.arrive (256 threads, no wait) and the producer warp's bar.sync (32):
+# 288. The producer waits before it reuses a stage (block g + NUM_STAGES waits for block g's
+# release) and, at its end, absorbs the last NUM_STAGES releases, so no barrier is left half
+# counted. A consumer's release of block g + NUM_STAGES cannot come before the producer has
+# waited for block g's (it needs block g + NUM_STAGES loaded), so the phases cannot mix. FA3
+# hands Q over the same way (NamedBarrier QueryEmpty).
+@gluon.jit
+def _nb_op(bar_id, SYNC: gl.constexpr):
+    # SYNC False: a consumer warpgroup (128 threads) arrives without waiting; True: the producer
+    # warp (32 threads) waits until both consumer warpgroups have arrived. One element per thread.
+    if SYNC:
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        x = gl.full([32], 0, gl.int32, layout=lay) + bar_id
+        gl.inline_asm_elementwise("bar.sync $1, 288;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+    else:
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        x = gl.full([128], 0, gl.int32, layout=lay) + bar_id
+        gl.inline_asm_elementwise("bar.arrive $1, 288;\n\tmov.b32 $0, $1;", "=r,r", [x],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+
+
 @gluon.jit
 def _q_box(q_smem, q_base, WG: gl.constexpr, TMA_STORE: gl.constexpr):
     # warpgroup WG's Q box of a 3-warpgroup tile; with Q prefetch (TMA_STORE == 3) q_smem holds
@@ -724,7 +770,7 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
                   row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
-                  REV: gl.constexpr = 0, n_rev=0):
+                  REV: gl.constexpr = 0, n_rev=0, NB: gl.constexpr = 0):
     # one steady-state iteration of _consumer's overlapped loop: QK^T of block j and P V of block
     # j - 1 in flight together. MASK: False / True, or 2: masked iff j >= n_unmasked (one loop
     # over every block; False / True serve the v8 split loops). REV (kv_reverse): step j of the
@@ -744,7 +790,10 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
     o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
     _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
     s_acc = warpgroup_mma_wait(1, deps=[s_tok])
-    mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
+    if NB:  # K_j read
+        _nb_op(4 + s, False)
+    else:
+        mbarrier.arrive(kv_empty.index(s), count=1)
     if REV:
         jb = n_rev - 1 - j
     else:
@@ -755,7 +804,10 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
     alpha_o = gl.convert_layout(alpha, row_o)
     p_prev = gl.convert_layout(p.to(p_prev.dtype), p_layout)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
-    mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)  # V_{j-1} read
+    if NB:  # V_{j-1} read
+        _nb_op(4 + NUM_STAGES + sp, False)
+    else:
+        mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)
     return acc, p_prev, alpha_o, m_i, l_i
 
 
@@ -902,7 +954,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             if TMA_STORE == 3:  # while QK^T_0 runs: release the other Q buffer (v10)
                 _release_q_buffer(q_empty)
             s_acc = warpgroup_mma_wait(0, deps=[s_tok])
-            mbarrier.arrive(kv_empty.index(s0), count=1)  # K_0 read
+            if DIAG & 64:  # K_0 read
+                _nb_op(4 + s0, False)
+            else:
+                mbarrier.arrive(kv_empty.index(s0), count=1)
             if DIAG & 32:
                 # kv_reverse: the first step holds the last key block (causal: the diagonal),
                 # masked (exact for a fully visible block)
@@ -929,13 +984,13 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64)
             for j in range(gl.maximum(n_unmasked, 1), n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64)
         if DIAG & 32:
             # kv_reverse: steps 1 .. n_blocks - n_unmasked - 1 hold the other masked blocks
             # (none when seqlen_q == seqlen_k and BLOCK_M == BLOCK_N), the rest unmasked ones
@@ -944,13 +999,13 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64)
             for j in range(gl.maximum(n_blocks - n_unmasked, 1), n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64)
         # steady state: QK^T of block j and P V of block j-1 in flight together
         if not SPLIT and not (DIAG & 32):
             for j in range(1, n_blocks):
@@ -958,7 +1013,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, 2, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked, 0, 0, DIAG & 64)
         if PERSISTENT:
             if TMA_STORE != 1:
                 if TMA_STORE != 3:
@@ -975,7 +1030,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             if PP_MODE == 0:
                 _turn_pass(turn_bars, WG, PINGPONG)
             acc = warpgroup_mma_wait(0, deps=[o_tok])
-            mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
+            if DIAG & 64:
+                _nb_op(4 + NUM_STAGES + sl, False)
+            else:
+                mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
         if DIAG & 16:  # (also for a warpgroup without blocks: every slot is written)
             _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
         if PP_MODE == 0:
@@ -1359,7 +1417,8 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
         _publish_tile(tile_smem, 1, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q,
                       seqlen_k)
         _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC, DIAG & 32)
+                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC, DIAG & 32,
+                  DIAG & 64)
         r = gl.atomic_add(tile_counter, 1)
         if r == num_tiles - 1:  # the launch's last fetch: reset the counter for the next launch
             gl.atomic_xchg(tile_counter, 0)
@@ -1370,6 +1429,11 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
     mbarrier.wait(q_empty, (i & 1) ^ 1)
     _publish_tile(tile_smem, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     mbarrier.arrive(q_bar, count=1)
+    if DIAG & 64:
+        # kv_release_nb: absorb the consumers' releases of the last NUM_STAGES blocks
+        for g in range(gl.maximum(c - NUM_STAGES, 0), c):
+            _nb_op(4 + g % NUM_STAGES, True)
+            _nb_op(4 + NUM_STAGES + g % NUM_STAGES, True)
 
 
 @gluon.jit
@@ -2159,6 +2223,15 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     too)."""
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
         raise ValueError("o_buffer needs tma_store and persistent")
+    # kv_release_nb: the dynamic scheduler's producer (one warp) and two consumer warpgroups with
+    # the overlap (288 threads per named barrier), barriers 4 .. 4 + 2 NUM_STAGES - 1 < 10
+    if cfg.kv_release_nb and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
+                                  and cfg.num_consumers == 2 and cfg.overlap
+                                  and not cfg.q_prefetch and cfg.num_stages <= 3
+                                  and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong)):
+        raise ValueError("kv_release_nb: the dynamic scheduler with two consumer warpgroups, the "
+                         "overlap and at most 3 stages only (no q_prefetch, wg_bounds, "
+                         "skip_empty_wg or pingpong)")
     # kv_reverse reaches the dynamic scheduler's producer and the overlapped consumer loop only
     if cfg.kv_reverse and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
                                and cfg.num_consumers == 2 and cfg.overlap and not cfg.q_prefetch
@@ -2190,7 +2263,7 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
     bits = 1 * cfg.diag_fence_init + 2 * cfg.diag_store_wait + 4 * cfg.diag_joint_exit
     if bits and not cfg.q_prefetch:
         raise ValueError("the diag_* switches act only with q_prefetch")
-    return bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse
+    return bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse + 64 * cfg.kv_release_nb
 
 
 def _v4_constexprs(cfg: FwdConfig) -> dict:
