@@ -89,6 +89,8 @@ CASES = [
     # session 11 candidate: K / V stages released through named barriers (kv_release_nb)
     (128, True, {"variant": "nbr"}),
     (256, True, {"variant": "nbr"}),
+    (128, False, {"variant": "nbr"}),
+    (256, False, {"variant": "nbr"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -291,7 +293,7 @@ def test_kv_reverse_is_new_code(reports):
     # hdim 128 causal's row has one loop over every block; rev has the same overlapped step
     # in two loops (masked, unmasked) instead of one with the mask chosen at run time
     assert H._qpf_diag_bits(H.variant_config("rev", 128, True)) == 32
-    _assert_refused("kv_reverse", dict(split_loops=True))
+    _assert_refused("kv_reverse", dict(split_loops=True), dict(scheduler=0))
 
 
 def _assert_refused(switch, *extra):
@@ -299,7 +301,7 @@ def _assert_refused(switch, *extra):
     kernel does not implement it, before any kernel work."""
     import torch
     q = torch.zeros(1, 256, 2, 128, dtype=torch.bfloat16)
-    for bad in (dict(scheduler=0), dict(overlap=False), dict(wg_bounds=True),
+    for bad in (dict(overlap=False), dict(wg_bounds=True),
                 dict(pingpong=True), dict(num_consumers=3, block_m=192),
                 dict(q_prefetch=True, o_buffer=False), *extra):
         cfg = H.get_config(128, True, **{switch: True}, **bad)
@@ -316,9 +318,9 @@ def test_kv_release_through_named_barriers(reports):
     the rows have none of it. Refused where it does not apply."""
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}
-    for d in (128, 256):
-        nbr = by_case[(d, True, json.dumps({"variant": "nbr"}))]
-        row = by_case[(d, True, json.dumps({}))]
+    for d, causal in ((128, True), (256, True), (128, False), (256, False)):
+        nbr = by_case[(d, causal, json.dumps({"variant": "nbr"}))]
+        row = by_case[(d, causal, json.dumps({}))]
         assert row["ptx_nb_arrive_288"] == 0 and row["ptx_nb_sync_288"] == 0
         # per consumer warpgroup: block 0's K, the loop's K and V (once per loop copy), the
         # last V; the producer: K and V in its loop and in its drain
@@ -327,7 +329,8 @@ def test_kv_release_through_named_barriers(reports):
         assert nbr["spill_stores"] == 0
         assert nbr["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
     assert H._qpf_diag_bits(H.variant_config("nbr", 128, True)) == 64
-    _assert_refused("kv_release_nb", dict(num_stages=4))
+    _assert_refused("kv_release_nb", dict(num_stages=4),
+                    dict(persistent=False, o_buffer=False, scheduler=0))
 
 
 def test_timing_stamps_reach_the_code(report):

@@ -459,6 +459,7 @@ VARIANTS = {
     # loop executes the same instructions per key block (466 against 469), but ours has three
     # warpgroup bar.sync per block, two of them from Gluon's mbarrier.arrive (its lowering
     # syncs the partition before one thread arrives); FA3 releases per warp with no barrier
+    # (also on the non-causal rows: the static persistent producer)
     "nbr": ({"kv_release_nb": True}, (128, 256)),
     "nbr_rev": ({"kv_release_nb": True, "kv_reverse": True, "split_loops": False}, (128, 256)),
 }
@@ -580,11 +581,11 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
                          k_ready, v_ready, kv_empty,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k,
                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                         NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2):
+                         NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2, DIAG: gl.constexpr = 0):
     # Same tile sequence as the consumers; the K/V ring counter c runs on across tiles, so the
     # stage index and mbarrier phase carry over. Q of the next tile is loaded as soon as both
     # consumer warpgroups have read the current one (q_empty), i.e. under their last P V and
-    # epilogue.
+    # epilogue. DIAG: the kernel's QPF_DIAG (bit 64: kv_release_nb).
     num_tiles = n_bh * num_m_tiles
     c = gl.program_id(0) * 0
     i = gl.program_id(0) * 0
@@ -593,9 +594,15 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
             tile, n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
         mbarrier.wait(q_empty, (i & 1) ^ 1)
         _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC)
+                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC, 0,
+                  DIAG & 64)
         c += n_blocks
         i += 1
+    if DIAG & 64:
+        # kv_release_nb: absorb the consumers' releases of the last NUM_STAGES blocks
+        for g in range(gl.maximum(c - NUM_STAGES, 0), c):
+            _nb_op(4 + g % NUM_STAGES, True)
+            _nb_op(4 + NUM_STAGES + g % NUM_STAGES, True)
 
 
 @gluon.jit
@@ -1899,7 +1906,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
-                    seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES)),
+                    seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES, 2, QPF_DIAG)),
             ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         if NUM_CONSUMERS == 3:
@@ -2223,13 +2230,14 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     too)."""
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
         raise ValueError("o_buffer needs tma_store and persistent")
-    # kv_release_nb: the dynamic scheduler's producer (one warp) and two consumer warpgroups with
-    # the overlap (288 threads per named barrier), barriers 4 .. 4 + 2 NUM_STAGES - 1 < 10
-    if cfg.kv_release_nb and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
+    # kv_release_nb: the persistent producers (one warp, static or dynamic schedule) and two
+    # consumer warpgroups with the overlap (288 threads per named barrier), barriers
+    # 4 .. 4 + 2 NUM_STAGES - 1 < 10
+    if cfg.kv_release_nb and not (cfg.warp_specialize and cfg.persistent
                                   and cfg.num_consumers == 2 and cfg.overlap
                                   and not cfg.q_prefetch and cfg.num_stages <= 3
                                   and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong)):
-        raise ValueError("kv_release_nb: the dynamic scheduler with two consumer warpgroups, the "
+        raise ValueError("kv_release_nb: the persistent rows with two consumer warpgroups, the "
                          "overlap and at most 3 stages only (no q_prefetch, wg_bounds, "
                          "skip_empty_wg or pingpong)")
     # kv_reverse reaches the dynamic scheduler's producer and the overlapped consumer loop only
