@@ -599,10 +599,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
         c += n_blocks
         i += 1
     if DIAG & 64:
-        # kv_release_nb: absorb the consumers' releases of the last NUM_STAGES blocks
-        for g in range(gl.maximum(c - NUM_STAGES, 0), c):
-            _nb_op(4 + g % NUM_STAGES, True)
-            _nb_op(4 + NUM_STAGES + g % NUM_STAGES, True)
+        _nb_drain(c, NUM_STAGES)
 
 
 @gluon.jit
@@ -729,6 +726,15 @@ def _nb_op(bar_id, SYNC: gl.constexpr):
         x = gl.full([128], 0, gl.int32, layout=lay) + bar_id
         gl.inline_asm_elementwise("bar.arrive $1, 288;\n\tmov.b32 $0, $1;", "=r,r", [x],
                                   dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _nb_drain(c, NUM_STAGES: gl.constexpr):
+    # producer, after its last load (c blocks in all): absorb the consumers' releases of the last
+    # NUM_STAGES blocks, which no later load waited for
+    for g in range(gl.maximum(c - NUM_STAGES, 0), c):
+        _nb_op(4 + g % NUM_STAGES, True)
+        _nb_op(4 + NUM_STAGES + g % NUM_STAGES, True)
 
 
 @gluon.jit
@@ -1437,10 +1443,7 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
     _publish_tile(tile_smem, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     mbarrier.arrive(q_bar, count=1)
     if DIAG & 64:
-        # kv_release_nb: absorb the consumers' releases of the last NUM_STAGES blocks
-        for g in range(gl.maximum(c - NUM_STAGES, 0), c):
-            _nb_op(4 + g % NUM_STAGES, True)
-            _nb_op(4 + NUM_STAGES + g % NUM_STAGES, True)
+        _nb_drain(c, NUM_STAGES)
 
 
 @gluon.jit
