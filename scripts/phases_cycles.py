@@ -41,6 +41,12 @@ def _spans(path):
     return out
 
 
+def _clock(rec, name):
+    """The median SM clock read after name's timings, or None where none could be read."""
+    vals = [v for v in rec.get("sm_clock_mhz", {}).get(name, []) if v]
+    return statistics.median(vals) if vals else None
+
+
 def main(paths):
     print("| run | cell | candidate | cycles | clock | time (x row) | clock / cycles |")
     print("|---|---|---|---|---|---|---|")
@@ -54,7 +60,7 @@ def main(paths):
             key = (rec["d"], rec["causal"], rec["seqlen"])
             cell = f"d{rec['d']} {'causal' if rec['causal'] else 'non-causal'} {rec['seqlen']}"
             row_ms = statistics.median(rec["ms"]["row"])
-            row_clk = statistics.median(rec["sm_clock_mhz"]["row"])
+            row_clk = _clock(rec, "row")
             for name, p in ph.items():
                 if name == "row":
                     continue
@@ -63,10 +69,11 @@ def main(paths):
                 else:
                     cyc = ((p["tile"] + p["gap"]) * p["tiles"]
                            / ((ph["row"]["tile"] + ph["row"]["gap"]) * ph["row"]["tiles"]))
-                clk = statistics.median(rec["sm_clock_mhz"][name]) / row_clk
+                clk = _clock(rec, name) / row_clk if row_clk and _clock(rec, name) else None
                 t = row_ms / statistics.median(rec["ms"][name])
-                print(f"| {run} | {cell} | {name} | {cyc:.3f} | {clk:.3f} | {t:.3f} | "
-                      f"{clk / cyc:.3f} |")
+                cl = f"{clk:.3f}" if clk else "-"
+                pred = f"{clk / cyc:.3f}" if clk else "-"
+                print(f"| {run} | {cell} | {name} | {cyc:.3f} | {cl} | {t:.3f} | {pred} |")
 
 
 if __name__ == "__main__":

@@ -2137,11 +2137,15 @@ def smem_layout(dtype) -> gl.NVMMASharedLayout:
 
 
 def shared_memory_bytes(head_dim: int, cfg: FwdConfig, elem: int = 2) -> int:
-    """Shared memory the kernel allocates for its tiles (the barriers add a few bytes)."""
+    """Shared memory the kernel allocates for its tiles (the barriers add a few bytes), at the
+    native head dim the call runs at (a padded head dim allocates the padded tiles)."""
+    head_dim = padded_head_dim(head_dim)
     # three consumers: the Q tile is 4 power-of-two buffers of block_m // 3 rows (3 used)
     q_rows = cfg.block_m // 3 * 4 if cfg.num_consumers == 3 else cfg.block_m
-    if cfg.o_buffer:  # (three consumers: O's boxes are the second half of 8 boxes)
-        q_rows += cfg.block_m // 3 * 4 if cfg.num_consumers == 3 else cfg.block_m
+    if cfg.o_buffer or cfg.q_prefetch:
+        # a second tile of the same size: O's own (o_buffer) or the other Q buffer (q_prefetch);
+        # three consumers: the second half of 8 boxes
+        q_rows *= 2
     if cfg.o_half:
         q_rows += cfg.block_m // 2
     return elem * head_dim * (q_rows + 2 * cfg.num_stages * cfg.block_n)
