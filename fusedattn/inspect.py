@@ -159,6 +159,24 @@ def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", varia
     return rep
 
 
+_SHOWN = {"block_m", "block_n", "num_stages", "overlap", "pingpong", "pingpong_mode",
+          "warp_specialize", "persistent", "tma_store", "consumer_regs", "producer_regs",
+          "maxnreg", "num_consumers"}
+
+
+def _other_switches(c: dict) -> str:
+    """The config's fields that differ from FwdConfig's defaults and the header line does not
+    show (e.g. "scheduler=1, softmax_fma, o_half")."""
+    from dataclasses import fields
+    from .kernels.hopper_fwd import FwdConfig
+    out = []
+    for f in fields(FwdConfig):
+        if f.name in _SHOWN or f.name not in c or c[f.name] == f.default:
+            continue
+        out.append(f.name if c[f.name] is True else f"{f.name}={c[f.name]}")
+    return ", ".join(out)
+
+
 def format_report(r: dict) -> str:
     c = r["config"]
     lines = [
@@ -168,6 +186,7 @@ def format_report(r: dict) -> str:
         f"warp_specialize={c.get('warp_specialize', True)} persistent={c.get('persistent', False)} "
         f"tma_store={c.get('tma_store', False)}"
         + (f"  [{r['variant']}]" if r.get("variant") else ""),
+        "  other switches: " + (_other_switches(c) or "none"),
         f"  target sm_90a: {r['target_sm_90a']}   threads: {r['threads']} "
         + (f"({c.get('num_consumers', 2)} consumer warpgroups + 1 producer warp in its own "
            f"warpgroup)"

@@ -731,3 +731,14 @@ def test_wgmma_not_serialised(report):
     assert report["wgmma_serialized"] == []
     sc = report["sass_counts"]
     assert 3 * sc["GMMA_WAITED"] <= sc["GMMA"], sc
+
+
+def test_inspect_names_the_other_switches():
+    """The resource report's second line names every switch that differs from FwdConfig's
+    defaults and that its first line does not show."""
+    from dataclasses import asdict
+    assert finspect._other_switches(asdict(H.get_config(256, False))) == \
+        "softmax_fma, split_loops, o_half"
+    nbr = finspect._other_switches(asdict(H.variant_config("nbr", 128, True)))
+    assert nbr == "softmax_fma, scheduler=1, o_buffer, kv_release_nb"
+    assert finspect._other_switches(asdict(H.base_config(128))) == ""
