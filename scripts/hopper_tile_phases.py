@@ -40,6 +40,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from device_cells import cells  # noqa: E402
+from fusedattn.bench.speed import sm_clock  # noqa: E402
 from fusedattn.kernels import hopper_fwd as H  # noqa: E402
 from fusedattn.reference import attention_oracle  # noqa: E402
 
@@ -50,14 +51,6 @@ ROUNDS = int(os.environ.get("HP_ROUNDS", "3"))
 OWN_WARM_MS = float(os.environ.get("HP_OWN_WARM_MS", "300"))
 REP_MS = 40
 STAMPS = os.environ.get("HP_STAMPS", "1") == "1"
-
-
-def _sm_clock():
-    """The SM clock in MHz now (pynvml through torch), or None where it cannot be read."""
-    try:
-        return torch.cuda.clock_rate()
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def stamps_ok(cfg):
@@ -281,7 +274,7 @@ def main():
             for n in order[r % len(order):] + order[:r % len(order)]:
                 times[n].append(triton.testing.do_bench(fns[n], warmup=OWN_WARM_MS, rep=REP_MS,
                                                         return_mode="median"))
-                clocks[n].append(_sm_clock())
+                clocks[n].append(sm_clock())
         flops = 4 * b * h * s * s * d / (2 if causal else 1)
         med = {n: statistics.median(t) for n, t in times.items()}
         rec["ms"] = times

@@ -284,10 +284,9 @@ def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device)
     read right after each of its timings (None where it cannot be read: no CUDA device, no
     pynvml). Under the H200's power limit the clock moves by several percent between timings of
     the same kernel, and that explains most of a ratio's movement between runs (RESULTS.md,
-    session 11). An implementation that raises
-    is recorded as a timing error, left out of later rounds and dropped from ``deferred`` (its
-    tensors released); a broken CUDA context raises FatalCudaError (run_cell marks the entries
-    not timed)."""
+    session 11). An implementation that raises is recorded as a timing error, left out of later
+    rounds and dropped from ``deferred`` (its tensors released); a broken CUDA context raises
+    FatalCudaError (run_cell marks the entries not timed)."""
     live = list(deferred)
 
     def run(item, fn):
@@ -328,7 +327,7 @@ def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device)
         k = r % len(live)
         for item in live[k:] + live[:k]:   # (an item leaves `live` only by its own failure)
             run(item, lambda it: stats[id(it[0])].append(
-                dict(timer(it[1]), sm_clock_mhz=_sm_clock(device))))
+                dict(timer(it[1]), sm_clock_mhz=sm_clock(device))))
     import statistics
     for entry, _, _ in live:
         got = stats[id(entry)]
@@ -341,7 +340,7 @@ def time_in_rounds(deferred: list, timer, rounds: int, warmup_ms: float, device)
         entry["tflops"] = C.tflops(entry["flops"], entry["ms"])
 
 
-def _sm_clock(device):
+def sm_clock(device="cuda"):
     """The SM clock of a CUDA device in MHz now (torch.cuda.clock_rate, through pynvml), or None
     for any other device or where it cannot be read."""
     if str(device).split(":")[0] != "cuda":

@@ -2240,18 +2240,17 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     # kv_release_nb: the persistent producers (one warp, static or dynamic schedule) and two
     # consumer warpgroups with the overlap (288 threads per named barrier), barriers
     # 4 .. 4 + 2 NUM_STAGES - 1 < 10
-    if cfg.kv_release_nb and not (cfg.warp_specialize and cfg.persistent
-                                  and cfg.num_consumers == 2 and cfg.overlap
-                                  and not cfg.q_prefetch and cfg.num_stages <= 3
-                                  and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong)):
+    # both reach only the two-consumer persistent producers and the overlapped consumer loop
+    # (not q_prefetch's producer, not the wg_bounds release loop, not pingpong's turns)
+    plain_two_wg = (cfg.warp_specialize and cfg.persistent and cfg.num_consumers == 2
+                    and cfg.overlap and not cfg.q_prefetch
+                    and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong))
+    if cfg.kv_release_nb and not (plain_two_wg and cfg.num_stages <= 3):
         raise ValueError("kv_release_nb: the persistent rows with two consumer warpgroups, the "
                          "overlap and at most 3 stages only (no q_prefetch, wg_bounds, "
                          "skip_empty_wg or pingpong)")
     # kv_reverse reaches the dynamic scheduler's producer and the overlapped consumer loop only
-    if cfg.kv_reverse and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
-                               and cfg.num_consumers == 2 and cfg.overlap and not cfg.q_prefetch
-                               and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong
-                                        or cfg.split_loops)):
+    if cfg.kv_reverse and not (plain_two_wg and cfg.scheduler == 1 and not cfg.split_loops):
         raise ValueError("kv_reverse: the dynamic scheduler with two consumer warpgroups and the "
                          "overlap only (no q_prefetch, wg_bounds, skip_empty_wg, pingpong or "
                          "split_loops)")
