@@ -138,7 +138,10 @@ class FwdConfig:
     pingpong_mode: int = 0        # 0 verified placement, 1 FA3 placement, 2 FA3 + named barriers
     # --- v4 candidates (hopper_log.md v4), off by default until measured on a GPU ---
     softmax_fma: bool = False     # row max of the raw scores, exp2(s*scale - m*scale) as one FFMA
-    num_consumers: int = 2        # 3: BLOCK_M // 3 rows per warpgroup (FA3's hdim-64 192-row tile)
+    num_consumers: int = 2        # 3: BLOCK_M // 3 rows per warpgroup (FA3's hdim-64 192-row tile);
+                                  # 1 (session 12 candidate): one consumer partition of two
+                                  # warpgroups (8 warps, BLOCK_M rows, 64 per warpgroup), so both
+                                  # run one copy of the consumer code (as FA3's do)
     # --- v5 candidates (hopper_log.md v5), off by default until measured on a GPU ---
     scheduler: int = 0            # with persistent: 0 static strided (v3), 1 dynamic
                                   # longest-first over L2 sections (FA3's causal scheduler)
@@ -194,9 +197,9 @@ class FwdConfig:
 
     @property
     def num_warps(self) -> int:
-        # warps of the default partition (consumer warpgroup 0), or of the whole non-specialised
-        # kernel (two warpgroups)
-        return 4 if self.warp_specialize else 8
+        # warps of the default partition (consumer warpgroup 0; with num_consumers 1 both
+        # consumer warpgroups), or of the whole non-specialised kernel (two warpgroups)
+        return 4 if self.warp_specialize and self.num_consumers != 1 else 8
 
     @property
     def launch_maxnreg(self):
@@ -462,12 +465,23 @@ VARIANTS = {
     # (also on the non-causal rows: the static persistent producer)
     "nbr": ({"kv_release_nb": True}, (128, 256)),
     "nbr_rev": ({"kv_release_nb": True, "kv_reverse": True, "split_loops": False}, (128, 256)),
+    # session 12: both consumer warpgroups in one 8-warp partition, so that they run one copy of
+    # the consumer code. Run 12's profile (hdim 128 causal 2k): "no instruction" stalls per
+    # consumer warp ~9x FA3's, 44% of the cycle gap; FA3's two consumer warpgroups share one
+    # 7.5 KB hot loop, ours run two copies of ~16 KB (one per warp_specialize partition).
+    # Split loops (run 13) halved each copy and changed neither the stalls nor the cycles; this
+    # tests the other half of that reading. Cost: Gluon's mbarrier.arrive syncs the partition,
+    # so the two warpgroups meet at every K / V release
+    "joint": ({"num_consumers": 1, "o_half": False}, (128, 256)),
+    # and with the K / V stages released through named barriers (no partition-wide bar.sync per
+    # release, so the warpgroups are not held together there)
+    "joint_nbr": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True}, (128, 256)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr",
-            "nbr_rev"}
+            "nbr_rev", "joint", "joint_nbr"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -714,7 +728,7 @@ def _turn_pass(turn_bars, WG: gl.constexpr, PINGPONG: gl.constexpr, PP_MODE: gl.
 # hands Q over the same way (NamedBarrier QueryEmpty).
 @gluon.jit
 def _nb_op(bar_id, SYNC: gl.constexpr):
-    # SYNC False: a consumer warpgroup (128 threads) arrives without waiting; True: the producer
+    # SYNC False: a consumer partition (128 or 256 threads) arrives without waiting; True: the producer
     # warp (32 threads) waits until both consumer warpgroups have arrived. One element per thread.
     if SYNC:
         lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
@@ -722,8 +736,9 @@ def _nb_op(bar_id, SYNC: gl.constexpr):
         gl.inline_asm_elementwise("bar.sync $1, 288;\n\tmov.b32 $0, $1;", "=r,r", [x],
                                   dtype=gl.int32, is_pure=False, pack=1)
     else:
-        lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        x = gl.full([128], 0, gl.int32, layout=lay) + bar_id
+        W: gl.constexpr = gl.num_warps()   # the partition's: 4, or 8 with num_consumers 1
+        lay: gl.constexpr = gl.BlockedLayout([1], [32], [W], [0])
+        x = gl.full([32 * W], 0, gl.int32, layout=lay) + bar_id
         gl.inline_asm_elementwise("bar.arrive $1, 288;\n\tmov.b32 $0, $1;", "=r,r", [x],
                                   dtype=gl.int32, is_pure=False, pack=1)
 
@@ -895,9 +910,11 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             q_smem = q_smem.index(0)
         # (three consumers: [8, ...] boxes, Q in 0..2 and O in 4..6, session 11)
     dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+    # the partition's warps: 4 (one warpgroup), or 8 with NC == 1 (two warpgroups, one partition)
+    CW: gl.constexpr = 8 if NC == 1 else 4
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -1049,6 +1066,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
         if DIAG & 16:  # (also for a warpgroup without blocks: every slot is written)
             _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
+            if NC == 1:  # one partition: both warpgroups' "last P V done" (slot 5) is now
+                _stamp(lse_ptr, stamp_base, 5, _CLOCK)
         if PP_MODE == 0:
             turns = gl.where(n_blocks > 0, n_blocks + 1, 0)
         else:
@@ -1398,11 +1417,11 @@ def _item(x, idx, k: gl.constexpr):
 
 
 @gluon.jit
-def _read_tile(tile_smem):
-    # consumer warpgroup (4 warps), after waiting on q_bar: (more, b, h, m_start, n_blocks,
-    # n_unmasked, heads, seqlen_q, seqlen_k); every thread holds the 16 words, the extraction is
-    # in-thread
-    lay: gl.constexpr = gl.BlockedLayout([16], [32], [4], [0])
+def _read_tile(tile_smem, W: gl.constexpr = 4):
+    # consumer partition (W warps: one warpgroup, or two with num_consumers 1), after waiting on
+    # q_bar: (more, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k); every thread
+    # holds the 16 words, the extraction is in-thread
+    lay: gl.constexpr = gl.BlockedLayout([16], [32], [W], [0])
     x = tile_smem.load(lay)
     idx = gl.arange(0, 16, layout=lay)
     return (_item(x, idx, 0), _item(x, idx, 1), _item(x, idx, 2), _item(x, idx, 3),
@@ -1593,7 +1612,8 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                 i += 1
         else:
             mbarrier.wait(q_bar, i & 1)  # this tile's Q (or the stop signal) and its work item
-            more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(tile_smem)
+            more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(
+                tile_smem, 8 if NC == 1 else 4)
             if more != 0:
                 c, t = _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
                                  turn_bars, out_ptr, lse_ptr, b, h, hs, sq, sk,
@@ -1857,6 +1877,18 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
                         BLOCK_M, BLOCK_N, NUM_STAGES)),
                 ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+            elif NUM_CONSUMERS == 1:  # one 8-warp consumer partition (session 12 candidate)
+                gl.warp_specialize([
+                    (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half)),
+                    (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
+                        q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                        num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                        BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG)),
+                ], [1], [PRODUCER_REGS])
             else:
                 gl.warp_specialize([
                     (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
@@ -1895,6 +1927,17 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
             ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+        elif NUM_CONSUMERS == 1:  # one 8-warp consumer partition (session 12 candidate)
+            gl.warp_specialize([
+                (_consumer_persistent_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                    v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
+                    heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
+                    HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half)),
+                (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
+                    q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
+                    seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG)),
+            ], [1], [PRODUCER_REGS])
         else:
             gl.warp_specialize([
                 (_consumer_persistent_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
@@ -2242,7 +2285,16 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     # 4 .. 4 + 2 NUM_STAGES - 1 < 10
     # both reach only the two-consumer persistent producers and the overlapped consumer loop
     # (not q_prefetch's producer, not the wg_bounds release loop, not pingpong's turns)
-    plain_two_wg = (cfg.warp_specialize and cfg.persistent and cfg.num_consumers == 2
+    # num_consumers 1 (one 8-warp consumer partition): the persistent loops' partition lists and
+    # the overlapped loop only
+    if cfg.num_consumers == 1 and not (
+            cfg.warp_specialize and cfg.persistent and cfg.overlap and cfg.block_m == 128
+            and not (cfg.pingpong or cfg.q_prefetch or cfg.o_half or cfg.wg_bounds
+                     or cfg.skip_empty_wg)):
+        raise ValueError("num_consumers 1: persistent rows with block_m 128 and the overlap only "
+                         "(no pingpong, q_prefetch, o_half, wg_bounds or skip_empty_wg)")
+    # (two consumer warpgroups: two partitions, or one of 8 warps)
+    plain_two_wg = (cfg.warp_specialize and cfg.persistent and cfg.num_consumers in (1, 2)
                     and cfg.overlap and not cfg.q_prefetch
                     and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong))
     if cfg.kv_release_nb and not (plain_two_wg and cfg.num_stages <= 3):
@@ -2286,8 +2338,10 @@ def _v4_constexprs(cfg: FwdConfig) -> dict:
     if cfg.softmax_fma:
         extra["SOFTMAX_FMA"] = True
     if cfg.num_consumers != 2:
-        if cfg.num_consumers != 3 or cfg.pingpong or cfg.block_m % 3:
-            raise ValueError("num_consumers: 2, or 3 without pingpong and with block_m % 3 == 0")
+        if cfg.num_consumers not in (1, 3) or cfg.pingpong or cfg.block_m % 3 * (
+                cfg.num_consumers == 3):
+            raise ValueError("num_consumers: 2, 1 or 3 without pingpong, and 3 with block_m % 3 "
+                             "== 0")
         extra["NUM_CONSUMERS"] = cfg.num_consumers
     return extra
 
