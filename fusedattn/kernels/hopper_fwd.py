@@ -183,6 +183,9 @@ class FwdConfig:
     # (_check_switch_support); forward() runs it only with _diagnostic=True (it overwrites lse) ---
     diag_stamps: bool = False       # SM clock stamps of each tile's phases over the tile's first
                                     # 16 lse entries (scripts/hopper_tile_phases.py reads them)
+    mask_limit: bool = False        # session 12 candidate, off (with softmax_fma; kernel
+                                    # SOFTMAX_FMA == 2): the masked blocks' test in FA3's form,
+                                    # one compare per score against a per-row limit
     # --- session 11 candidate, off: QPF_DIAG bit 32 (dynamic scheduler, two consumer
     # warpgroups, overlap; _check_switch_support) ---
     kv_reverse: bool = False        # key blocks from the last to the first (FA3's order): the
@@ -476,12 +479,17 @@ VARIANTS = {
     # and with the K / V stages released through named barriers (no partition-wide bar.sync per
     # release, so the warpgroups are not held together there)
     "joint_nbr": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True}, (128, 256)),
+    # session 12: the masked blocks' test in FA3's form (mask_limit). Stamps of the hdim 128
+    # causal row (runs 56-57): the loop's cycles per block fit 2430 + (tile-end cost) / blocks,
+    # with ~3200 cycles per tile at causal against ~1600 at non-causal: about 1600 per masked
+    # diagonal block. Per score the test is now one compare, not two and an AND
+    "mlim": ({"mask_limit": True}, None),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr",
-            "nbr_rev", "joint", "joint_nbr"}
+            "nbr_rev", "joint", "joint_nbr", "mlim"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -627,7 +635,7 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
     FADD. Needs qk_scale > 0 (forward() checks)."""
     if FMA:
         return _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
-                                   MASK, CAUSAL, BLOCK_N, s_layout)
+                                   MASK, CAUSAL, BLOCK_N, s_layout, FMA == 2)
     qk = s_acc * qk_scale
     if MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -650,10 +658,24 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
 @gluon.jit
 def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                         MASK: gl.constexpr, CAUSAL: gl.constexpr,
-                        BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
-    # m_i, m_new: row max of the raw (unscaled) scores
+                        BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIM: gl.constexpr = False):
+    # m_i, m_new: row max of the raw (unscaled) scores. LIM (FwdConfig.mask_limit, kernel
+    # SOFTMAX_FMA == 2): the mask as FA3 forms it, one limit per row (keys of this block before
+    # it are visible) and one compare per score against the column's offset within the block,
+    # which is the same in every block (the two-sided test below needs the absolute column, a
+    # second compare and an AND per score)
     qk = s_acc
-    if MASK:
+    if LIM:
+        if MASK:
+            lim = seqlen_k - j * BLOCK_N
+            cl = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            if CAUSAL:
+                lim_r = gl.minimum(rows + (causal_off + 1 - j * BLOCK_N), lim)
+                valid = gl.expand_dims(cl, 0) < gl.expand_dims(lim_r, 1)
+            else:
+                valid = gl.expand_dims(cl < lim, 0)
+            qk = gl.where(valid, qk, float("-inf"))
+    elif MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         valid = gl.expand_dims(cols < seqlen_k, 0)
         if CAUSAL:
@@ -2278,6 +2300,8 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     """o_half, o_buffer, q_prefetch and diag_stamps only where the kernel implements them
     (forward and compile_sm90, before any kernel work; scripts/hopper_tile_phases.py asks it
     too)."""
+    if cfg.mask_limit and not cfg.softmax_fma:
+        raise ValueError("mask_limit: with softmax_fma only")
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
         raise ValueError("o_buffer needs tma_store and persistent")
     # kv_release_nb: the persistent producers (one warp, static or dynamic schedule) and two
@@ -2336,7 +2360,7 @@ def _v4_constexprs(cfg: FwdConfig) -> dict:
     """Constexprs of the v4 switches, passed only when they differ from the kernel's defaults."""
     extra = {}
     if cfg.softmax_fma:
-        extra["SOFTMAX_FMA"] = True
+        extra["SOFTMAX_FMA"] = 2 if cfg.mask_limit else True
     if cfg.num_consumers != 2:
         if cfg.num_consumers not in (1, 3) or cfg.pingpong or cfg.block_m % 3 * (
                 cfg.num_consumers == 3):
@@ -2579,7 +2603,8 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
         constexprs.update(D_REAL=head_dim, PERSISTENT=cfg.persistent,
                           TMA_STORE=_tma_store_mode(cfg),
                           PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0,
-                          NUM_CONSUMERS=cfg.num_consumers, SOFTMAX_FMA=cfg.softmax_fma)
+                          NUM_CONSUMERS=cfg.num_consumers,
+                          SOFTMAX_FMA=(2 if cfg.mask_limit else True) if cfg.softmax_fma else False)
         if cfg.scheduler:
             signature["tile_counter"] = "*i32"
             signature["l2_heads"] = "i32"
