@@ -92,6 +92,13 @@ CASES = [
     (128, False, {"variant": "nbr"}),
     (256, False, {"variant": "nbr"}),
     (128, True, {"variant": "nbr_rev"}),
+    # session 12: the causal rows before mask_limit was adopted (device run 58)
+    (64, True, {"variant": "no_mlim"}),
+    (128, True, {"variant": "no_mlim"}),
+    (256, True, {"variant": "no_mlim"}),
+    # session 12 candidates: one 8-warp consumer partition (device run 57, not adopted)
+    (128, True, {"variant": "joint"}),
+    (128, False, {"variant": "joint_nbr"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -124,8 +131,9 @@ VERIFIED_SASS = {
     # adopted after device run 15 (skip_empty at hdim 64 causal; its smoke checks passed there)
     # (hdim 64 causal's row until session 11, now variant no_o_buf3)
     (64, True, (("variant", "no_o_buf3"),)): "9ec563440bcc36d6baf19d9363cef7984b76666a",
-    (128, True, ()): "ebcdac45fce5af27ef1be03c87af1072ea59c183",
-    (256, True, ()): "d0f22634da19154db01ce6afcf9f645454e86fcd",
+    # (the causal rows until session 12, now variant no_mlim)
+    (128, True, (("variant", "no_mlim"),)): "ebcdac45fce5af27ef1be03c87af1072ea59c183",
+    (256, True, (("variant", "no_mlim"),)): "d0f22634da19154db01ce6afcf9f645454e86fcd",
     # the causal rows of runs 5-6 (now variant "fma"); GPU grid passed in device run 6
     (64, True, (("variant", "fma"),)): "f97bf81590f99dc114f80c5094727336d766097e",
     (128, True, (("variant", "fma"),)): "8e3eedc190fb1a157e2268b2cbc21e30a9c7d4bc",
@@ -133,7 +141,7 @@ VERIFIED_SASS = {
     # session 11's adoptions (device run 48): o_half at hdim 256 non-causal, o_buffer at hdim 64
     # causal; GPU grid, memcheck and racecheck in device run 49 (RESULTS.md)
     (256, False, ()): "8c8378709aa9d229a02a1001a88458843acdd3d2",
-    (64, True, ()): "5dfbe2241c3025ce383aaa31e8c81853a4570b2f",
+    (64, True, (("variant", "no_mlim"),)): "5dfbe2241c3025ce383aaa31e8c81853a4570b2f",
     # (the causal rows of device runs 7-12 used the dynamic scheduler, whose code changed with
     # the batch * heads argument after run 13: their digests are no longer pinned)
 }
@@ -157,6 +165,8 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_nb_arrive_288"] = len(re.findall(r"bar\\.arrive\\s+%r\\d+, 288;", ptx))
     r["ptx_nb_sync_288"] = len(re.findall(r"bar\\.sync\\s+%r\\d+, 288;", ptx))
     sass = fi.sass_counts(k.asm["cubin"])["sass"]
+    r["sass_n"] = len(fi.sass_instructions(sass))
+    r["ptx_bar_sync_256"] = len(re.findall(r"bar\\.sync\\s+0, 256;", ptx))
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
     r["_case"] = len(out)
@@ -336,6 +346,47 @@ def test_kv_release_through_named_barriers(reports):
     assert H._qpf_diag_bits(H.variant_config("nbr", 128, True)) == 64
     _assert_refused("kv_release_nb", dict(num_stages=4),
                     dict(persistent=False, o_buffer=False, scheduler=0))
+
+
+def test_mask_limit_in_the_causal_rows(reports):
+    """mask_limit (session 12, device run 58): the causal rows test each masked score with one
+    compare against a per-row limit; fewer instructions than the rows before it (variant
+    no_mlim), the same GEMMs, no spills; not in the non-causal rows; refused without
+    softmax_fma."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for d in (64, 128, 256):
+        row = by_case[(d, True, json.dumps({}))]
+        old = by_case[(d, True, json.dumps({"variant": "no_mlim"}))]
+        assert row["config"]["mask_limit"] and not old["config"]["mask_limit"]
+        assert not H.get_config(d, False).mask_limit
+        assert row["sass_n"] < old["sass_n"] - 150, (row["sass_n"], old["sass_n"])
+        assert row["sass_counts"]["HGMMA"] == old["sass_counts"]["HGMMA"]
+        assert row["spill_stores"] == 0
+    with pytest.raises(ValueError, match="mask_limit"):
+        H._check_switch_support(H.get_config(128, True, softmax_fma=False))
+
+
+def test_one_consumer_partition(reports):
+    """num_consumers 1 (session 12 candidates joint / joint_nbr, device run 57: not adopted):
+    both consumer warpgroups in one 8-warp partition run one copy of the consumer code (half
+    the GEMM instructions of the row, which has one copy per warpgroup), held together by
+    256-thread barriers; 384 threads as the row. Refused where it does not apply."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for causal, name in ((True, "joint"), (False, "joint_nbr")):
+        j = by_case[(128, causal, json.dumps({"variant": name}))]
+        row = by_case[(128, causal, json.dumps({}))]
+        assert j["config"]["num_consumers"] == 1 and j["threads"] == row["threads"] == 384
+        assert 2 * j["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
+        assert j["sass_n"] < 0.6 * row["sass_n"]
+        assert j["ptx_bar_sync_256"] > 0 and row["ptx_bar_sync_256"] == 0
+        assert j["spill_stores"] == 0
+    assert by_case[(128, False, json.dumps({"variant": "joint_nbr"}))]["ptx_nb_arrive_288"] > 0
+    for bad in (dict(pingpong=True), dict(persistent=False, scheduler=0, o_buffer=False),
+                dict(overlap=False), dict(q_prefetch=True, o_buffer=False)):
+        with pytest.raises(ValueError, match="num_consumers 1"):
+            H._check_switch_support(H.get_config(128, True, num_consumers=1, **bad))
 
 
 def test_timing_stamps_reach_the_code(report):
