@@ -142,6 +142,11 @@ VERIFIED_SASS = {
     # causal; GPU grid, memcheck and racecheck in device run 49 (RESULTS.md)
     (256, False, ()): "8c8378709aa9d229a02a1001a88458843acdd3d2",
     (64, True, (("variant", "no_mlim"),)): "5dfbe2241c3025ce383aaa31e8c81853a4570b2f",
+    # session 12: mask_limit in the causal rows (device run 58); GPU grid 776 passed, memcheck 0,
+    # racecheck on the work item and hand-off bytes only, in device run 59 (RESULTS.md)
+    (64, True, ()): "5f060895f1839883b5d9595ad7feb2a07219a198",
+    (128, True, ()): "1f0fc6f83c8f9e797dabf348d985034c7116f755",
+    (256, True, ()): "a46c264c613cc9fb0659090080d066a5aafb32e2",
     # (the causal rows of device runs 7-12 used the dynamic scheduler, whose code changed with
     # the batch * heads argument after run 13: their digests are no longer pinned)
 }

@@ -403,8 +403,8 @@ VARIANTS = {
     # v9 (hopper_log.md v9): hdim 64's 192-row tiles: empty warpgroups of the last m-tile skip
     # (adopted for hdim 64 causal after device run 15; non-causal: flat there, not adopted)
     "skip_empty": ({"skip_empty_wg": True}, (64,)),
-    "keep_empty": ({"skip_empty_wg": False, "o_buffer": False}, (64,)),  # hdim 64 causal's
-    # row before run 15
+    # hdim 64 causal's row before run 15
+    "keep_empty": ({"skip_empty_wg": False, "o_buffer": False, "mask_limit": False}, (64,)),
     # the dynamic scheduler's L2 section (FA3's 32 MB) halved and doubled, on the causal rows
     "l2_16": ({"l2_section_mb": 16}, None),
     "l2_64": ({"l2_section_mb": 64}, None),
@@ -458,7 +458,7 @@ VARIANTS = {
     # the rows before session 11's adoptions (device run 48): hdim 256 non-causal without o_half,
     # hdim 64 causal without o_buffer
     "no_o_half": ({"o_half": False}, (256,)),
-    "no_o_buf3": ({"o_buffer": False}, (64,)),
+    "no_o_buf3": ({"o_buffer": False, "mask_limit": False}, (64,)),
     # session 11: FA3's key-block order on the hdim 128 causal row (device run 51's stamps: the
     # causal loop costs 2788 cycles per block at 2k against the non-causal loop's 2441; FA3 leads
     # by 4-14% at 1k-4k). The diagonal block first, where block 0's softmax waits for its QK^T
