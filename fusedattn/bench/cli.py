@@ -78,9 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--rep", type=float, default=C.REP_MS, help="do_bench repetition time, ms (default 100)")
     t.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="start no new shape after this many seconds; the rest is listed for --resume")
-    t.add_argument("--rounds", type=int, default=3,
+    t.add_argument("--rounds", type=int, default=5,
                    help="timing rounds per shape, the order of the implementations rotated each "
-                        "round; each round's do_bench repeats for rep / rounds ms (default 3)")
+                        "round; each round's do_bench repeats for rep / rounds ms (default 5)")
     t.add_argument("--round-warmup", type=float, default=0.0, metavar="MS",
                    help="a shared warm-up of the shape before its rounds, every implementation in "
                         "turn, ms of wall time (default 0: each has its own, --warmup)")

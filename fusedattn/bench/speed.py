@@ -3,8 +3,9 @@ one process, every result checked against the float64 oracle on a slice of the s
 
 Per grid cell (head_dim, causal, seqlen): inputs are drawn once (random normal, bf16), then for each
 implementation and pass: one call whose result is checked (it also compiles). Then the timing, in
-rounds (SpeedConfig.rounds, default 3): each round times every implementation once, the order
-rotated by one each round, and each timing starts with the implementation's own warm-up (the
+rounds (SpeedConfig.rounds, default 5; it was 3 until device run 60, which gave ratios within
+about +-4% from run to run): each round times every implementation once, the order rotated by one
+each round, and each timing starts with the implementation's own warm-up (the
 timer's, 300 ms by default); an implementation's figure is the median over its rounds. Under
 these kernels the H200 runs at its 700 W power limit and its clock falls within ~0.5 s, so a
 kernel's speed depends on what ran just before it: one after another, each after the checks'
@@ -47,7 +48,7 @@ class SpeedConfig:
     check: bool = True
     time_budget_s: float | None = None
     ref_max_elems: int = 1 << 26
-    rounds: int = 3                  # timing rounds per cell, the order rotated each round
+    rounds: int = 5                  # timing rounds per cell, the order rotated each round
     round_warmup_ms: float = 0.0     # a shared warm-up of the cell before the rounds (wall time)
     done_cells: set = field(default_factory=set)   # cells already measured (--resume)
 
