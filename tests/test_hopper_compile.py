@@ -100,6 +100,11 @@ CASES = [
     # session 12 candidates: one 8-warp consumer partition (device run 57, not adopted)
     (128, True, {"variant": "joint"}),
     (128, False, {"variant": "joint_nbr"}),
+    (128, True, {"variant": "joint_nbr"}),
+    # session 12 candidates, not yet run on a GPU: the K / V waits as inline PTX (asm_waits)
+    (128, True, {"variant": "joint_aw"}),
+    (128, True, {"variant": "aw"}),
+    (128, True, {"variant": "nbr"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -172,6 +177,11 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_nb_sync_288"] = len(re.findall(r"bar\\.sync\\s+%r\\d+, 288;", ptx))
     sass = fi.sass_counts(k.asm["cubin"])["sass"]
     r["sass_n"] = len(fi.sass_instructions(sass))
+    r["ptx_asm_waits"] = ptx.count("mov.b32 A1, global_smem")
+    if r["config"]["asm_waits"]:
+        from fusedattn.kernels import hopper_fwd as H
+        r["barrier_offsets"] = list(H._barrier_offsets(k.asm["ttgir"]))
+        r["ptx_offsets_used"] = [ptx.count(f", {o};") for o in r["barrier_offsets"]]
     r["ptx_bar_sync_256"] = len(re.findall(r"bar\\.sync\\s+0, 256;", ptx))
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
@@ -395,6 +405,33 @@ def test_one_consumer_partition(reports):
                 dict(overlap=False), dict(q_prefetch=True, o_buffer=False)):
         with pytest.raises(ValueError, match="num_consumers 1"):
             H._check_switch_support(H.get_config(128, True, num_consumers=1, **bad))
+
+
+def test_asm_waits(reports):
+    """asm_waits (session 12 candidates joint_aw / aw, not yet run on a GPU): the consumers'
+    K / V ready waits become inline PTX on global_smem + the offsets that Triton's own
+    allocation gave k_ready / v_ready (read back from the kernel's TTGIR and used in its PTX),
+    and the partition-wide barrier that Triton's membar pass puts before each wait goes: one
+    fewer in the one-partition kernel (the one in its key-block loop), two fewer 128-thread ones
+    in the two-partition kernel (one per loop copy). Refused where it does not apply."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    jaw = by_case[(128, True, json.dumps({"variant": "joint_aw"}))]
+    jnb = by_case[(128, True, json.dumps({"variant": "joint_nbr"}))]
+    aw = by_case[(128, True, json.dumps({"variant": "aw"}))]
+    nbr = by_case[(128, True, json.dumps({"variant": "nbr"}))]
+    for r, base, copies in ((jaw, jnb, 1), (aw, nbr, 2)):
+        assert r["ptx_asm_waits"] == 4 * copies and base["ptx_asm_waits"] == 0
+        k_off, v_off = r["barrier_offsets"]
+        assert k_off != v_off and all(n > 0 for n in r["ptx_offsets_used"])
+        assert r["spill_stores"] == 0
+        assert r["sass_counts"]["HGMMA"] == base["sass_counts"]["HGMMA"]
+    assert jaw["ptx_bar_sync_256"] == jnb["ptx_bar_sync_256"] - 1
+    assert aw["ptx_wg_bar_syncs"] == nbr["ptx_wg_bar_syncs"] - 2
+    for bad in (dict(pingpong=True), dict(overlap=False), dict(q_prefetch=True, o_buffer=False),
+                dict(persistent=False, scheduler=0, o_buffer=False)):
+        with pytest.raises(ValueError, match="asm_waits"):
+            H._check_switch_support(H.get_config(128, True, asm_waits=True, **bad))
 
 
 def test_timing_stamps_reach_the_code(report):

@@ -192,6 +192,11 @@ class FwdConfig:
                                     # masked blocks (causal: the diagonal) come first, block 0's
                                     # non-overlapped softmax takes the mask, and the steady loop
                                     # has the unmasked softmax only
+    asm_waits: bool = False         # session 12 candidate, off: the consumers' K / V ready waits
+                                    # as inline PTX on the barriers' shared-memory addresses
+                                    # (_asm_wait; offsets from a first compile, checked in the
+                                    # second), which Triton's membar pass does not fence with a
+                                    # partition-wide bar.sync per key block
     kv_release_nb: bool = False     # session 11 candidate, off (QPF_DIAG bit 64; same rows as
                                     # kv_reverse): the consumers release K / V stages with a
                                     # named-barrier bar.arrive, which Gluon's mbarrier.arrive
@@ -499,13 +504,22 @@ VARIANTS = {
     # cycles at hdim 128 causal 1k), so the masked block's cost is not its arithmetic. Non-causal
     # (masks only at ragged tails): +1.1 / +3.6% cycles at hdim 128 2k / hdim 64 1k, not adopted
     "mlim": ({"mask_limit": True}, None),
+    # session 12: the K / V ready waits as inline PTX (asm_waits), which Triton's membar pass
+    # does not fence (runs 57 and 62: its partition-wide bar.sync before each wait is what holds
+    # one 8-warp consumer partition's warpgroups together; one code copy removes the
+    # no-instruction stalls). With one consumer partition and named-barrier releases
+    # (joint_aw) the loop has no partition-wide barrier left; aw: the same on the rows' two
+    # partitions (one 128-thread barrier less per key block)
+    "joint_aw": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True, "asm_waits": True},
+                 (128, 256)),
+    "aw": ({"kv_release_nb": True, "asm_waits": True}, (128, 256)),
     "no_mlim": ({"mask_limit": False}, (64, 128, 256)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr",
-            "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim"}
+            "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -791,6 +805,26 @@ def _nb_drain(c, NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _asm_wait(OFF: gl.constexpr, s, phase):
+    # asm_waits (session 12 candidate): the consumers' wait on the K / V ready mbarrier of stage
+    # s, as inline PTX on its shared-memory address (global_smem + OFF + 8 s; OFF is the
+    # barrier array's offset from Triton's own allocation, _barrier_offsets). Triton's membar
+    # pass puts a partition-wide bar.sync between two waits on the same mbarrier allocation (a
+    # warp must not run ahead in a chain of waits); our release protocol already orders them (a
+    # stage is refilled only after every consumer thread released it), and the inline wait is not
+    # an operation that pass sees. One element per thread.
+    W: gl.constexpr = gl.num_warps()
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [W], [0])
+    a = gl.full([32 * W], 0, gl.int32, layout=lay) + (s * 8 + OFF)
+    ph = gl.full([32 * W], 0, gl.int32, layout=lay) + phase
+    gl.inline_asm_elementwise(
+        "{\n\t.reg .pred P1;\n\t.reg .b32 A1;\n\tmov.b32 A1, global_smem;\n\t"
+        "add.s32 A1, A1, $1;\n\twaitLoop:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [A1], $2;\n\t@!P1 bra waitLoop;\n\t"
+        "}\n\tmov.b32 $0, $1;", "=r,r,r", [a, ph], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _q_box(q_smem, q_base, WG: gl.constexpr, TMA_STORE: gl.constexpr):
     # warpgroup WG's Q box of a 3-warpgroup tile; with Q prefetch (TMA_STORE == 3) q_smem holds
     # both buffers' boxes and this tile's start at q_base
@@ -836,14 +870,18 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                   PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
                   row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
-                  REV: gl.constexpr = 0, n_rev=0, NB: gl.constexpr = 0):
+                  REV: gl.constexpr = 0, n_rev=0, NB: gl.constexpr = 0,
+                  KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
     # one steady-state iteration of _consumer's overlapped loop: QK^T of block j and P V of block
     # j - 1 in flight together. MASK: False / True, or 2: masked iff j >= n_unmasked (one loop
     # over every block; False / True serve the v8 split loops). REV (kv_reverse): step j of the
     # ring holds key block n_rev - 1 - j (its columns for the mask)
     s = (kv_base + j) % NUM_STAGES
     sp = (kv_base + j - 1) % NUM_STAGES
-    mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
+    if KOFF >= 0:  # asm_waits: K_ready / V_ready at these shared-memory offsets (_asm_wait)
+        _asm_wait(KOFF, s, ((kv_base + j) // NUM_STAGES) & 1)
+    else:
+        mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
     if PP_MODE == 0:
         _turn_wait(turn_bars, turn_base + j, WG, PINGPONG)
     else:
@@ -851,7 +889,10 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
     k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
     acc = acc * gl.expand_dims(alpha_o, 1)
-    mbarrier.wait(v_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
+    if VOFF >= 0:
+        _asm_wait(VOFF, sp, ((kv_base + j - 1) // NUM_STAGES) & 1)
+    else:
+        mbarrier.wait(v_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
     v = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
     o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
     _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
@@ -923,8 +964,12 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
               D_REAL: gl.constexpr = None, PERSISTENT: gl.constexpr = False,
               TMA_STORE: gl.constexpr = False, PP_MODE: gl.constexpr = 0,
               NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
-              SPLIT: gl.constexpr = False, q_base=0, DIAG: gl.constexpr = 0, o_half=None):
+              SPLIT: gl.constexpr = False, q_base=0, DIAG: gl.constexpr = 0, o_half=None,
+              KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
     """One (batch, head, m-tile) work item of one consumer warpgroup.
+
+    KOFF / VOFF >= 0 (asm_waits): the K / V ready waits as inline PTX at these offsets
+    (_asm_wait).
 
     WGB (v5, causal, no pingpong): this warpgroup's own causal bounds: it computes only the K/V
     blocks its own rows can see (n_blocks of its last row) and masks only those its first row
@@ -1012,7 +1057,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         if n_blocks > 0:
             # block 0: scores and softmax only
             s0 = kv_base % NUM_STAGES
-            mbarrier.wait(k_ready.index(s0), (kv_base // NUM_STAGES) & 1)
+            if KOFF >= 0:
+                _asm_wait(KOFF, s0, (kv_base // NUM_STAGES) & 1)
+            else:
+                mbarrier.wait(k_ready.index(s0), (kv_base // NUM_STAGES) & 1)
             if PP_MODE == 0:
                 _turn_wait(turn_bars, turn_base, WG, PINGPONG)
             k_t = k_smem.index(s0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
@@ -1052,13 +1100,13 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF)
             for j in range(gl.maximum(n_unmasked, 1), n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF)
         if DIAG & 32:
             # kv_reverse: steps 1 .. n_blocks - n_unmasked - 1 hold the other masked blocks
             # (none when seqlen_q == seqlen_k and BLOCK_M == BLOCK_N), the rest unmasked ones
@@ -1067,13 +1115,15 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
+                    VOFF)
             for j in range(gl.maximum(n_blocks - n_unmasked, 1), n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
+                    VOFF)
         # steady state: QK^T of block j and P V of block j-1 in flight together
         if not SPLIT and not (DIAG & 32):
             for j in range(1, n_blocks):
@@ -1081,7 +1131,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, 2, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked, 0, 0, DIAG & 64)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked, 0, 0, DIAG & 64, KOFF,
+                    VOFF)
         if PERSISTENT:
             if TMA_STORE != 1:
                 if TMA_STORE != 3:
@@ -1090,7 +1141,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             jl = kv_base + n_blocks - 1
             sl = jl % NUM_STAGES
             acc = acc * gl.expand_dims(alpha_o, 1)
-            mbarrier.wait(v_ready.index(sl), (jl // NUM_STAGES) & 1)
+            if VOFF >= 0:
+                _asm_wait(VOFF, sl, (jl // NUM_STAGES) & 1)
+            else:
+                mbarrier.wait(v_ready.index(sl), (jl // NUM_STAGES) & 1)
             if PP_MODE == 0:
                 _turn_wait(turn_bars, turn_base + n_blocks, WG, PINGPONG)
             v = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
@@ -1307,7 +1361,8 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                          NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                          SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
-                         DIAG: gl.constexpr = 0, o_half=None):
+                         DIAG: gl.constexpr = 0, o_half=None, KOFF: gl.constexpr = -1,
+                         VOFF: gl.constexpr = -1):
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -1325,7 +1380,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_read
                          m_start, n_blocks, n_unmasked,
                          WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
                          c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE, PP_MODE,
-                         NC, FMA, WGB, SPLIT, 0, DIAG, o_half)
+                         NC, FMA, WGB, SPLIT, 0, DIAG, o_half, KOFF, VOFF)
         i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -1341,12 +1396,13 @@ def _consumer_persistent_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                              SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
-                             DIAG: gl.constexpr = 0, o_half=None):
+                             DIAG: gl.constexpr = 0, o_half=None,
+                             KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG, o_half)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG, o_half, KOFF, VOFF)
 
 
 @gluon.jit
@@ -1359,12 +1415,13 @@ def _consumer_persistent_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
                              TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                              NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                              SPLIT: gl.constexpr = False, WGB: gl.constexpr = False,
-                             DIAG: gl.constexpr = 0, o_half=None):
+                             DIAG: gl.constexpr = 0, o_half=None,
+                             KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
     _consumer_persistent(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                          turn_bars, out_ptr, lse_ptr, o_desc,
                          n_bh, num_m_tiles, heads, kv_group, seqlen_q, seqlen_k, qk_scale,
                          1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG, o_half)
+                         D_REAL, TMA_STORE, PP_MODE, NC, FMA, SPLIT, WGB, DIAG, o_half, KOFF, VOFF)
 
 
 @gluon.jit
@@ -1597,8 +1654,10 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                       OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, D_REAL: gl.constexpr,
                       TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                       NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
-                  SPLIT: gl.constexpr = False, DIAG: gl.constexpr = 0, o_half=None):
-    # DIAG: the kernel's QPF_DIAG bits (FwdConfig.diag_*); o_half: TMA_STORE == 4's O buffer
+                  SPLIT: gl.constexpr = False, DIAG: gl.constexpr = 0, o_half=None,
+                  KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
+    # DIAG: the kernel's QPF_DIAG bits (FwdConfig.diag_*); o_half: TMA_STORE == 4's O buffer;
+    # KOFF / VOFF: asm_waits' barrier offsets (_consumer)
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -1658,7 +1717,7 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                                  sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
                                  WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
                                  PINGPONG, c, t, i & 1, q_empty, o_desc, D_REAL, True, TMA_STORE,
-                                 PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG, o_half)
+                                 PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG, o_half, KOFF, VOFF)
                 i += 1
     if TMA_STORE == 2:
         tma.store_wait(0)  # the last tile's O store has read its shared memory
@@ -1683,12 +1742,13 @@ def _consumer_dynamic_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
-                          DIAG: gl.constexpr = 0, o_half=None):
+                          DIAG: gl.constexpr = 0, o_half=None,
+                          KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, o_half)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, o_half, KOFF, VOFF)
 
 
 @gluon.jit
@@ -1701,12 +1761,13 @@ def _consumer_dynamic_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
-                          DIAG: gl.constexpr = 0, o_half=None):
+                          DIAG: gl.constexpr = 0, o_half=None,
+                          KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, o_half)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, o_half, KOFF, VOFF)
 
 
 @gluon.jit
@@ -1739,7 +1800,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     NUM_CONSUMERS: gl.constexpr = 2, SOFTMAX_FMA: gl.constexpr = False,
                     tile_counter=None, l2_heads=None, DYNAMIC: gl.constexpr = False,
                     WG_SKIP: gl.constexpr = False, SPLIT_LOOPS: gl.constexpr = False,
-                    n_bh_arg=None, QPF_DIAG: gl.constexpr = 0):
+                    n_bh_arg=None, QPF_DIAG: gl.constexpr = 0, KR_OFF: gl.constexpr = -1,
+                    VR_OFF: gl.constexpr = -1):
     # 1-D grid over (batch * heads) x m-tiles, (batch, head) major so that neighbouring programs
     # share K/V in L2; with a causal mask the longest tiles (largest m) go first.
     # PERSISTENT: grid = number of SMs, each program walks the tiles pid, pid + grid, ...
@@ -1752,6 +1814,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     # with TMA_STORE == 3, 1 fence after the mbarrier inits, 2 O store waited at each tile's end,
     # 4 consumer warpgroups leave together (8: Q buffer indices as constants, now the only form);
     # 16 (diag_stamps, where _check_switch_support allows it) clock stamps per tile.
+    # KR_OFF / VR_OFF (asm_waits, session 12 candidate): the shared-memory offsets of k_ready /
+    # v_ready in this kernel's own allocation (_barrier_offsets); -1: mbarrier.wait.
     pid = gl.program_id(0)
     bh = pid // num_m_tiles
     pid_m = pid % num_m_tiles
@@ -1921,7 +1985,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half, KR_OFF, VR_OFF)),
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -1933,12 +1997,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half, KR_OFF, VR_OFF)),
                     (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half)),
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half, KR_OFF, VR_OFF)),
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
@@ -1971,7 +2035,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half, KR_OFF,
+                    VR_OFF)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG)),
@@ -1982,12 +2047,14 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half, KR_OFF,
+                    VR_OFF)),
                 (_consumer_persistent_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, n_bh, num_m_tiles,
                     heads, kv_group, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                     HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE,
-                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half)),
+                    NUM_CONSUMERS, SOFTMAX_FMA, SPLIT_LOOPS, WG_SKIP, QPF_DIAG, o_half, KR_OFF,
+                    VR_OFF)),
                 (_producer_persistent, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                     q_empty, k_ready, v_ready, kv_empty, n_bh, num_m_tiles, heads, kv_group,
                     seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, NUM_STAGES, 2, QPF_DIAG)),
@@ -2337,6 +2404,10 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     plain_two_wg = (cfg.warp_specialize and cfg.persistent and cfg.num_consumers in (1, 2)
                     and cfg.overlap and not cfg.q_prefetch
                     and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong))
+    # asm_waits: the persistent loops' consumer partitions (one or two) with the overlap
+    if cfg.asm_waits and not plain_two_wg:
+        raise ValueError("asm_waits: the persistent rows with one or two consumer partitions and "
+                         "the overlap only (no q_prefetch, wg_bounds, skip_empty_wg or pingpong)")
     if cfg.kv_release_nb and not (plain_two_wg and cfg.num_stages <= 3):
         raise ValueError("kv_release_nb: the persistent rows with two consumer warpgroups, the "
                          "overlap and at most 3 stages only (no q_prefetch, wg_bounds, "
@@ -2421,6 +2492,7 @@ def _launch(kernel, grid, warmup, *args, **kwargs):
 # specialisations, with Triton's own binder. FAST_LAUNCH = False turns this off.
 FAST_LAUNCH = True
 _FAST = {}
+_ASM_OFFSETS = {}   # asm_waits: (k_ready, v_ready) offsets per launch key
 
 
 class _DescArg:
@@ -2575,6 +2647,16 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     )
     if _key_only:
         return key, args, kwargs, grid
+    if cfg.asm_waits:
+        offs = _ASM_OFFSETS.get(key)
+        if offs is None:
+            def build(o):
+                return attn_fwd_kernel.warmup(*args, grid=grid, **kwargs, KR_OFF=o[0],
+                                              VR_OFF=o[1])
+            offs = _barrier_offsets(_with_barrier_offsets(build).asm["ttgir"])
+            if key is not None:
+                _ASM_OFFSETS[key] = offs
+        kwargs.update(KR_OFF=offs[0], VR_OFF=offs[1])
     compiled = _launch(attn_fwd_kernel, grid, _warmup, *args, **kwargs)
     if key is not None:
         _remember(key, attn_fwd_kernel, compiled, args, kwargs)
@@ -2635,6 +2717,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
             constexprs["SPLIT_LOOPS"] = True
         # always given: a constexpr left out here is None in the kernel (not its default)
         constexprs["QPF_DIAG"] = _qpf_diag_bits(cfg)
+        constexprs.update(KR_OFF=-1, VR_OFF=-1)   # asm_waits: set by _with_barrier_offsets
         options = {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg}
     else:
         kernel = attn_fwd_nows_kernel
@@ -2642,5 +2725,58 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
         options = {"num_warps": cfg.num_warps}
     for name in constexprs:
         signature[name] = "constexpr"
+    target = GPUTarget("cuda", 90, 32)
+    if cfg.asm_waits:   # two compiles: the barriers' offsets from the first (_barrier_offsets)
+        def build(offs):
+            cx = dict(constexprs, KR_OFF=offs[0], VR_OFF=offs[1])
+            return triton.compile(GluonASTSource(kernel, signature, constexprs=cx),
+                                  target=target, options=options)
+        return _with_barrier_offsets(build)
     src = GluonASTSource(kernel, signature, constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    return triton.compile(src, target=target, options=options)
+
+
+def _barrier_offsets(ttgir: str) -> tuple[int, int]:
+    """(k_ready, v_ready): the shared-memory offsets that Triton's allocation gives the kernel's
+    K / V ready barrier arrays. Runs the NVIDIA backend's passes up to the shared-memory
+    allocation (as make_llir runs them) on the compiled kernel's TTGIR and reads the
+    allocation.offset of the allocations named %k_ready and %v_ready."""
+    import os
+    import re
+    import tempfile
+    from triton._C.libtriton import ir, nvidia, passes
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    CUDABackend(GPUTarget("cuda", 90, 32)).load_dialects(ctx)
+    with tempfile.NamedTemporaryFile("w", suffix=".ttgir", delete=False) as f:
+        f.write(ttgir)
+    try:
+        mod = ir.parse_mlir_module(f.name, ctx)
+    finally:
+        os.unlink(f.name)
+    mod.context = ctx
+    pm = ir.pass_manager(ctx)
+    passes.ttgpuir.add_combine_tensor_select_and_if(pm)
+    passes.ttgpuir.add_allocate_warp_groups(pm)
+    passes.convert.add_scf_to_cf(pm)
+    passes.gluon.add_inliner(pm)
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, 86)
+    pm.run(mod, "barrier_offsets")
+    found = dict(re.findall(r"%(k_ready|v_ready) = ttg\.local_alloc \{allocation\.offset = (\d+)",
+                            str(mod)))
+    if set(found) != {"k_ready", "v_ready"}:
+        raise RuntimeError(f"asm_waits: the K / V ready barriers' offsets not found ({found})")
+    return int(found["k_ready"]), int(found["v_ready"])
+
+
+def _with_barrier_offsets(build):
+    """build((k_off, v_off)) -> compiled kernel, with asm_waits' offsets: a first compile at
+    (0, 0) gives the allocation (the inline waits allocate nothing, so it does not depend on
+    them), the second uses its offsets; both allocations must agree, else an error."""
+    offs = _barrier_offsets(build((0, 0)).asm["ttgir"])
+    compiled = build(offs)
+    if _barrier_offsets(compiled.asm["ttgir"]) != offs:
+        raise RuntimeError("asm_waits: the barriers moved between the two compiles")
+    return compiled
