@@ -181,7 +181,10 @@ for d, c, ov in json.loads(sys.argv[1]):
     if r["config"]["asm_waits"]:
         from fusedattn.kernels import hopper_fwd as H
         r["barrier_offsets"] = list(H._barrier_offsets(k.asm["ttgir"]))
-        r["ptx_offsets_used"] = [ptx.count(f", {o};") for o in r["barrier_offsets"]]
+        # the constant added to global_smem's offset in the register each inline wait adds
+        adds = dict(re.findall(r"add\\.s32\\s+(%r\\d+), %r\\d+, (\\d+);", ptx))
+        r["asm_wait_offsets"] = sorted({int(adds[x]) for x in re.findall(
+            r"add\\.s32 A1, A1, (%r\\d+);", ptx) if x in adds})
     r["ptx_bar_sync_256"] = len(re.findall(r"bar\\.sync\\s+0, 256;", ptx))
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
@@ -329,15 +332,15 @@ def test_kv_reverse_is_new_code(reports):
     _assert_refused("kv_reverse", dict(split_loops=True), dict(scheduler=0))
 
 
-def _assert_refused(switch, *extra):
-    """forward() and compile_sm90 refuse the hdim 128 causal row with `switch` on where the
-    kernel does not implement it, before any kernel work."""
+def _assert_refused(switch, *extra, base=None):
+    """forward() and compile_sm90 refuse the hdim 128 causal row with `switch` on (and the
+    switches in `base`) where the kernel does not implement it, before any kernel work."""
     import torch
     q = torch.zeros(1, 256, 2, 128, dtype=torch.bfloat16)
     for bad in (dict(overlap=False), dict(wg_bounds=True),
                 dict(pingpong=True), dict(num_consumers=3, block_m=192),
                 dict(q_prefetch=True, o_buffer=False), *extra):
-        cfg = H.get_config(128, True, **{switch: True}, **bad)
+        cfg = H.get_config(128, True, **{switch: True, **(base or {}), **bad})
         with pytest.raises(ValueError, match=switch):
             H.forward(q, q, q, True, 0.1, config=cfg)
         with pytest.raises(ValueError, match=switch):
@@ -423,15 +426,17 @@ def test_asm_waits(reports):
     for r, base, copies in ((jaw, jnb, 1), (aw, nbr, 2)):
         assert r["ptx_asm_waits"] == 4 * copies and base["ptx_asm_waits"] == 0
         k_off, v_off = r["barrier_offsets"]
-        assert k_off != v_off and all(n > 0 for n in r["ptx_offsets_used"])
+        assert k_off != v_off and r["asm_wait_offsets"] == sorted([k_off, v_off])
         assert r["spill_stores"] == 0
         assert r["sass_counts"]["HGMMA"] == base["sass_counts"]["HGMMA"]
     assert jaw["ptx_bar_sync_256"] == jnb["ptx_bar_sync_256"] - 1
+    assert jaw["ptx_clock64"] == 0
     assert aw["ptx_wg_bar_syncs"] == nbr["ptx_wg_bar_syncs"] - 2
-    for bad in (dict(pingpong=True), dict(overlap=False), dict(q_prefetch=True, o_buffer=False),
-                dict(persistent=False, scheduler=0, o_buffer=False)):
-        with pytest.raises(ValueError, match="asm_waits"):
-            H._check_switch_support(H.get_config(128, True, asm_waits=True, **bad))
+    _assert_refused("asm_waits", dict(kv_release_nb=False),
+                    dict(persistent=False, o_buffer=False, scheduler=0),
+                    base=dict(kv_release_nb=True))
+    H._check_switch_support(H.variant_config("aw", 128, True))   # the variants themselves pass
+    H._check_switch_support(H.variant_config("joint_aw", 128, True))
 
 
 def test_timing_stamps_reach_the_code(report):

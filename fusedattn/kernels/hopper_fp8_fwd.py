@@ -634,15 +634,15 @@ _SMID = gl.constexpr("{\n.reg .b32 t;\nmov.u32 t, %smid;\ncvt.u64.u32 $0, t;\n}"
 
 
 @gluon.jit
-def _stamp(lse_ptr, base, SLOT: gl.constexpr, ASM: gl.constexpr):
-    """diag_stamps: thread 0 of the partition writes a special register (ASM: _CLOCK, the SM's
-    cycle counter, _GTIMER or _SMID) as int64 slot SLOT over the tile's first lse entries (base:
-    the tile's first lse index; 8-byte aligned when seqlen_q is even)."""
+def _stamp(lse_ptr, base, SLOT: gl.constexpr, ASM: gl.constexpr, T: gl.constexpr = 0):
+    """diag_stamps: thread T (0) of the partition writes a special register (ASM: _CLOCK, the
+    SM's cycle counter, _GTIMER or _SMID) as int64 slot SLOT over the tile's first lse entries
+    (base: the tile's first lse index; 8-byte aligned when seqlen_q is even)."""
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     offs = gl.arange(0, 32 * gl.num_warps(), layout=lay)
     v = gl.inline_asm_elementwise(ASM, "=l,r", [offs], dtype=gl.int64, is_pure=False, pack=1)
     p = (lse_ptr + base).to(gl.pointer_type(gl.int64), bitcast=True)
-    gl.store(p + SLOT + offs * 0, v, mask=offs == 0)
+    gl.store(p + SLOT + offs * 0, v, mask=offs == T)
 
 
 @gluon.jit

@@ -1158,8 +1158,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
         if DIAG & 16:  # (also for a warpgroup without blocks: every slot is written)
             _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
-            if NC == 1:  # one partition: both warpgroups' "last P V done" (slot 5) is now
-                _stamp(lse_ptr, stamp_base, 5, _CLOCK)
+            if NC == 1:  # one partition: slot 5 from warpgroup 1's first thread (128)
+                _stamp(lse_ptr, stamp_base, 5, _CLOCK, 128)
         if PP_MODE == 0:
             turns = gl.where(n_blocks > 0, n_blocks + 1, 0)
         else:
@@ -2383,8 +2383,6 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     """o_half, o_buffer, q_prefetch and diag_stamps only where the kernel implements them
     (forward and compile_sm90, before any kernel work; scripts/hopper_tile_phases.py asks it
     too)."""
-    if cfg.mask_limit and not cfg.softmax_fma:
-        raise ValueError("mask_limit: with softmax_fma only")
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
         raise ValueError("o_buffer needs tma_store and persistent")
     # kv_release_nb: the persistent producers (one warp, static or dynamic schedule) and two
@@ -2405,9 +2403,12 @@ def _check_switch_support(cfg: FwdConfig) -> None:
                     and cfg.overlap and not cfg.q_prefetch
                     and not (cfg.wg_bounds or cfg.skip_empty_wg or cfg.pingpong))
     # asm_waits: the persistent loops' consumer partitions (one or two) with the overlap
-    if cfg.asm_waits and not plain_two_wg:
-        raise ValueError("asm_waits: the persistent rows with one or two consumer partitions and "
-                         "the overlap only (no q_prefetch, wg_bounds, skip_empty_wg or pingpong)")
+    # and with kv_release_nb: with mbarrier.arrive releases Gluon's arrive syncs the partition
+    # anyway and the membar barrier just moves before the QK^T (three per block, as before)
+    if cfg.asm_waits and not (plain_two_wg and cfg.kv_release_nb):
+        raise ValueError("asm_waits: the persistent rows with one or two consumer partitions, "
+                         "the overlap and kv_release_nb only (no q_prefetch, wg_bounds, "
+                         "skip_empty_wg or pingpong)")
     if cfg.kv_release_nb and not (plain_two_wg and cfg.num_stages <= 3):
         raise ValueError("kv_release_nb: the persistent rows with two consumer warpgroups, the "
                          "overlap and at most 3 stages only (no q_prefetch, wg_bounds, "
@@ -2431,6 +2432,9 @@ def _check_switch_support(cfg: FwdConfig) -> None:
                                 and (cfg.num_consumers == 2 or cfg.scheduler == 1)):
         raise ValueError("diag_stamps: persistent warp-specialised rows with two consumer "
                          "warpgroups, or three with the dynamic scheduler, only")
+    # (last: the other switches' refusals name themselves first)
+    if cfg.mask_limit and not (cfg.softmax_fma and cfg.warp_specialize):
+        raise ValueError("mask_limit: with softmax_fma and warp_specialize only")
 
 
 def _qpf_diag_bits(cfg: FwdConfig) -> int:
@@ -2653,7 +2657,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
             def build(o):
                 return attn_fwd_kernel.warmup(*args, grid=grid, **kwargs, KR_OFF=o[0],
                                               VR_OFF=o[1])
-            offs = _barrier_offsets(_with_barrier_offsets(build).asm["ttgir"])
+            offs = _with_barrier_offsets(build, cfg.num_stages)[1]
             if key is not None:
                 _ASM_OFFSETS[key] = offs
         kwargs.update(KR_OFF=offs[0], VR_OFF=offs[1])
@@ -2731,7 +2735,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
             cx = dict(constexprs, KR_OFF=offs[0], VR_OFF=offs[1])
             return triton.compile(GluonASTSource(kernel, signature, constexprs=cx),
                                   target=target, options=options)
-        return _with_barrier_offsets(build)
+        return _with_barrier_offsets(build, cfg.num_stages)[0]
     src = GluonASTSource(kernel, signature, constexprs=constexprs)
     return triton.compile(src, target=target, options=options)
 
@@ -2762,7 +2766,10 @@ def _barrier_offsets(ttgir: str) -> tuple[int, int]:
     passes.ttgpuir.add_allocate_warp_groups(pm)
     passes.convert.add_scf_to_cf(pm)
     passes.gluon.add_inliner(pm)
-    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, 86)
+    from triton.backends.nvidia.compiler import get_ptx_version_from_options
+    backend = CUDABackend(GPUTarget("cuda", 90, 32))
+    ptx_version = get_ptx_version_from_options(backend.parse_options({}), 90)
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, ptx_version)
     pm.run(mod, "barrier_offsets")
     found = dict(re.findall(r"%(k_ready|v_ready) = ttg\.local_alloc \{allocation\.offset = (\d+)",
                             str(mod)))
@@ -2771,12 +2778,23 @@ def _barrier_offsets(ttgir: str) -> tuple[int, int]:
     return int(found["k_ready"]), int(found["v_ready"])
 
 
-def _with_barrier_offsets(build):
+def _with_barrier_offsets(build, num_stages: int):
     """build((k_off, v_off)) -> compiled kernel, with asm_waits' offsets: a first compile at
     (0, 0) gives the allocation (the inline waits allocate nothing, so it does not depend on
-    them), the second uses its offsets; both allocations must agree, else an error."""
+    them), the second uses its offsets. Checked: both allocations agree, and the second
+    kernel's PTX initialises an mbarrier at each of the num_stages addresses of both arrays.
+    Returns (compiled, offsets)."""
+    import re
     offs = _barrier_offsets(build((0, 0)).asm["ttgir"])
     compiled = build(offs)
     if _barrier_offsets(compiled.asm["ttgir"]) != offs:
         raise RuntimeError("asm_waits: the barriers moved between the two compiles")
-    return compiled
+    ptx = compiled.asm["ptx"]
+    # mbarrier.init [%rX] with %rX = global_smem (register) + constant, as Triton writes it
+    adds = dict(re.findall(r"add\.s32\s+(%r\d+), %r\d+, (\d+);", ptx))
+    inits = {int(adds[r]) for r in re.findall(r"mbarrier\.init\.shared::cta\.b64 \[(%r\d+)\]",
+                                              ptx) if r in adds}
+    want = {o + 8 * i for o in offs for i in range(num_stages)}
+    if not want <= inits:
+        raise RuntimeError(f"asm_waits: no mbarrier initialised at {sorted(want - inits)}")
+    return compiled, offs
