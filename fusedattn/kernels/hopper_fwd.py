@@ -280,10 +280,7 @@ CONFIGS = {
     # Then O in its own shared-memory tile (o_buffer, variant pdyn_tmao_fma), device run 11:
     # s=1k/2k/4k 417/511/569 vs 384/482/557 (+8.7/+6.1/+2.2%); 8k 615 vs 649, but the old row's
     # two rounds there differed by 18.9% (the new one's by 1.8%; the old row made 601 in run 10).
-    # The masked blocks' test as one compare per score against a per-row limit (mask_limit,
-    # variant mlim, session 12), device run 58 (stamps: each SM's busy cycles; rotated rounds,
-    # 5): hdim 64 / 128 / 256 causal cycles -3.4..-1.9 / -1.2..-0.9 / -1.6..-1.4% at 1k-4k.
-    # The previous row is variant no_mlim.
+    # mask_limit as in the (64, True) row (device run 58); the previous row is variant no_mlim.
     (128, True): _base(128, persistent=True, scheduler=1, tma_store=True, softmax_fma=True,
                        o_buffer=True, mask_limit=True),
     # persistent + TMA store + FFMA: s=512 488 vs 398 (+23%), s=2048 645 vs 595 (+8.5%),
@@ -304,10 +301,7 @@ CONFIGS = {
     # here (hopper_log.md v5), so the epilogue stayed on pointer stores. v8, device run 13: split
     # loops + TMA store (variant split_tma; the 4 B spill removed by passing batch * heads as a
     # kernel argument) s=2k/4k 575/644 vs 524/611 (+9.9/+5.4%); split alone +1.9/+4.0%.
-    # The masked blocks' test as one compare per score against a per-row limit (mask_limit,
-    # variant mlim, session 12), device run 58 (stamps: each SM's busy cycles; rotated rounds,
-    # 5): hdim 64 / 128 / 256 causal cycles -3.4..-1.9 / -1.2..-0.9 / -1.6..-1.4% at 1k-4k.
-    # The previous row is variant no_mlim.
+    # mask_limit as in the (64, True) row (device run 58); the previous row is variant no_mlim.
     (256, True): _base(256, persistent=True, scheduler=1, softmax_fma=True, split_loops=True,
                        tma_store=True, mask_limit=True),
 }
