@@ -105,6 +105,16 @@ CASES = [
     (128, True, {"variant": "joint_aw"}),
     (128, True, {"variant": "aw"}),
     (128, True, {"variant": "nbr"}),
+    # session 13: Q released after each warpgroup's last QK^T (q_release_early), adopted in the
+    # hdim 64 causal row (device run 66); the row before it, and the candidate at hdim 64
+    # non-causal (hdim 128 causal spills 4 B with it: not a case here)
+    (64, True, {"variant": "no_qrel"}),
+    (64, False, {"variant": "qrel"}),
+    (128, False, {"variant": "qrel"}),
+    # session 13 candidates, not yet run on a GPU: per-warpgroup Q boxes and barriers
+    (64, True, {"variant": "qw"}),
+    (64, True, {"variant": "qw3"}),
+    (64, False, {"variant": "qw"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -150,9 +160,13 @@ VERIFIED_SASS = {
     (64, True, (("variant", "no_mlim"),)): "5dfbe2241c3025ce383aaa31e8c81853a4570b2f",
     # session 12: mask_limit in the causal rows (device run 58); GPU grid 776 passed, memcheck 0,
     # racecheck on the work item and hand-off bytes only, in device run 59 (RESULTS.md)
-    (64, True, ()): "5f060895f1839883b5d9595ad7feb2a07219a198",
+    (64, True, (("variant", "no_qrel"),)): "5f060895f1839883b5d9595ad7feb2a07219a198",
     (128, True, ()): "1f0fc6f83c8f9e797dabf348d985034c7116f755",
     (256, True, ()): "a46c264c613cc9fb0659090080d066a5aafb32e2",
+    # session 13: q_release_early in the hdim 64 causal row (device run 66); GPU grid 775 passed
+    # and 1 failed out of memory (12 workers; it passed alone in run 69), memcheck 0, racecheck
+    # on the work item and hand-off bytes only, in device run 68 (RESULTS.md)
+    (64, True, ()): "0787476653ddb39beab8f91c95d90f8e2da3e034",
     # (the causal rows of device runs 7-12 used the dynamic scheduler, whose code changed with
     # the batch * heads argument after run 13: their digests are no longer pinned)
 }
@@ -186,6 +200,8 @@ for d, c, ov in json.loads(sys.argv[1]):
         r["asm_wait_offsets"] = sorted({int(adds[x]) for x in re.findall(
             r"add\\.s32 A1, A1, (%r\\d+);", ptx) if x in adds})
     r["ptx_bar_sync_256"] = len(re.findall(r"bar\\.sync\\s+0, 256;", ptx))
+    r["ptx_mbar_arrive"] = len(re.findall(r"mbarrier\\.arrive", ptx))
+    r["ptx_mbar_init"] = len(re.findall(r"mbarrier\\.init", ptx))
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
     r["_case"] = len(out)
@@ -474,7 +490,8 @@ def test_new_switches_are_refused_where_they_do_not_apply():
     with pytest.raises(ValueError, match="diag_stamps"):   # three consumers, static schedule
         H._check_switch_support(H.get_config(128, False, diag_stamps=True, num_consumers=3,
                                              block_m=192))
-    assert H._qpf_diag_bits(H.get_config(64, True, diag_stamps=True)) == 16    # three, dynamic
+    # three consumers, dynamic (the row's q_release_early is bit 128)
+    assert H._qpf_diag_bits(H.get_config(64, True, diag_stamps=True)) == 16 + 128
     with pytest.raises(ValueError, match="diag_stamps"):
         H.compile_sm90(128, False, config=H.get_config(128, False, diag_stamps=True,
                                                        warp_specialize=False))
@@ -843,3 +860,59 @@ def test_inspect_names_the_other_switches():
     nbr = finspect._other_switches(asdict(H.variant_config("nbr", 128, True)))
     assert nbr == "softmax_fma, scheduler=1, o_buffer, mask_limit, kv_release_nb"
     assert finspect._other_switches(asdict(H.base_config(128))) == ""
+
+
+def test_q_release_early(reports):
+    """q_release_early (session 13, device run 66): in the hdim 64 causal row each consumer
+    warpgroup releases Q (q_empty) right after its last QK^T, inside the key-block loops, so the
+    next tile's Q loads under the last warpgroup's last softmax and P V. More mbarrier arrives
+    than the row before it (variant no_qrel), the same GEMMs, no spills; the candidate on the
+    overlapped loop (hdim 128) likewise; refused where Q is still read after the last QK^T (O
+    through Q's buffer), with the Q prefetch and with pingpong."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    row = by_case[(64, True, json.dumps({}))]
+    old = by_case[(64, True, json.dumps({"variant": "no_qrel"}))]
+    assert row["config"]["q_release_early"] and not old["config"]["q_release_early"]
+    assert row["ptx_mbar_arrive"] > old["ptx_mbar_arrive"], (row["ptx_mbar_arrive"],
+                                                             old["ptx_mbar_arrive"])
+    assert row["sass_counts"]["HGMMA"] == old["sass_counts"]["HGMMA"]
+    assert row["spill_stores"] == 0
+    for d in (64, 128):
+        cand = by_case[(d, False, json.dumps({"variant": "qrel"}))]
+        assert cand["config"]["q_release_early"] and cand["spill_stores"] == 0
+    assert by_case[(128, False, json.dumps({"variant": "qrel"}))]["ptx_mbar_arrive"] > by_case[
+        (128, False, json.dumps({}))]["ptx_mbar_arrive"]
+    for d, c in ((64, False), (128, False), (128, True), (256, False), (256, True)):
+        assert not H.get_config(d, c).q_release_early
+    for bad in (dict(o_buffer=False), dict(q_prefetch=True, o_buffer=False), dict(pingpong=True),
+                dict(kv_reverse=True)):
+        with pytest.raises(ValueError, match="q_release_early"):
+            H._check_switch_support(H.get_config(128, True, q_release_early=True, **bad))
+
+
+def test_q_per_warpgroup(reports):
+    """q_per_warpgroup (session 13 candidates qw / qw3, not yet run on a GPU): in the hdim 64
+    rows each of the three consumer warpgroups has its own Q box, q_bar and q_empty (two more
+    mbarriers of each kind than the row), the producer loads each box when its warpgroup
+    released it; the same GEMMs, the same three Q boxes loaded per tile, no spills; refused
+    outside the three-consumer dynamic rows with O's own boxes."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for causal, name, base in ((True, "qw", {}), (True, "qw3", {}),
+                               (False, "qw", {"variant": "o_buf3"})):
+        qw = by_case[(64, causal, json.dumps({"variant": name}))]
+        row = by_case[(64, causal, json.dumps(base))]
+        assert qw["config"]["q_per_warpgroup"] and qw["config"]["q_release_early"]
+        # q_bar and q_empty: three each instead of one; qw3's third K / V stage: four more
+        assert qw["ptx_mbar_init"] == row["ptx_mbar_init"] + 4 + 4 * (name == "qw3"), (
+            qw["ptx_mbar_init"], row["ptx_mbar_init"])
+        assert qw["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
+        assert qw["spill_stores"] == 0 and qw["spill_loads"] == 0
+    assert not any(H.get_config(d, c).q_per_warpgroup for d in (64, 128, 256) for c in (0, 1))
+    for bad in (dict(q_prefetch=True, o_buffer=False, q_release_early=False),
+                dict(o_buffer=False, q_release_early=False), dict(scheduler=0, wg_bounds=False)):
+        with pytest.raises(ValueError, match="q_per_warpgroup"):
+            H._check_switch_support(H.get_config(64, True, q_per_warpgroup=True, **bad))
+    with pytest.raises(ValueError, match="q_per_warpgroup"):
+        H._check_switch_support(H.get_config(128, True, q_per_warpgroup=True))

@@ -202,6 +202,21 @@ class FwdConfig:
                                     # named-barrier bar.arrive, which Gluon's mbarrier.arrive
                                     # precedes with a warpgroup bar.sync (two per key block
                                     # in the loop); the producer waits with bar.sync
+    q_release_early: bool = False   # session 13 (QPF_DIAG bit 128), in the hdim 64 causal
+                                    # row: each consumer warpgroup releases Q right after its
+                                    # last QK^T (the overlapped loop: before that block's
+                                    # softmax) instead of after its last P V, so the next tile's
+                                    # Q loads under the last warpgroup's last softmax and P V.
+                                    # Needs O in its own buffer (o_buffer). Run 64's stamps: at
+                                    # hdim 64 causal 1k warpgroup 0 waited ~2300 cycles per
+                                    # tile for the next Q
+    q_per_warpgroup: bool = False   # session 13 candidate, off (QPF_DIAG bit 256; the three-
+                                    # consumer dynamic rows with o_buffer): each consumer
+                                    # warpgroup has its own Q box, work item, q_bar and q_empty
+                                    # (_producer_dynamic_qw), so the first to finish a tile
+                                    # starts the next without waiting for the others' last
+                                    # QK^T (run 66's stamps: ~1600 cycles per tile left at hdim
+                                    # 64 causal 1k after q_release_early)
 
     @property
     def num_warps(self) -> int:
@@ -266,10 +281,17 @@ CONFIGS = {
     # variant mlim, session 12), device run 58 (stamps: each SM's busy cycles; rotated rounds,
     # 5): hdim 64 / 128 / 256 causal cycles -3.4..-1.9 / -1.2..-0.9 / -1.6..-1.4% at 1k-4k.
     # The previous row is variant no_mlim.
+    # Q released after each warpgroup's last QK^T instead of after its last P V
+    # (q_release_early, variant qrel, session 13): the stamps of device run 64 showed warpgroup
+    # 0 waiting ~2300 cycles per tile for the next Q, which loaded only after warpgroup 2's last
+    # P V. Device run 66 (stamps: each SM's busy cycles; rotated rounds, 5): causal 1k / 2k / 4k
+    # cycles -5.4 / -5.6 / -2.9%, time +2.9 / +5.2 / -0.7% (its SM clock 2% lower). The previous
+    # row is variant no_qrel.
     (64, True): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
                       persistent=True, scheduler=1, tma_store=True, wg_bounds=True,
-                      split_loops=True, skip_empty_wg=True, o_buffer=True, mask_limit=True),
+                      split_loops=True, skip_empty_wg=True, o_buffer=True, mask_limit=True,
+                      q_release_early=True),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
@@ -403,7 +425,8 @@ VARIANTS = {
     # (adopted for hdim 64 causal after device run 15; non-causal: flat there, not adopted)
     "skip_empty": ({"skip_empty_wg": True}, (64,)),
     # hdim 64 causal's row before run 15
-    "keep_empty": ({"skip_empty_wg": False, "o_buffer": False, "mask_limit": False}, (64,)),
+    "keep_empty": ({"skip_empty_wg": False, "o_buffer": False, "mask_limit": False,
+                    "q_release_early": False}, (64,)),
     # the dynamic scheduler's L2 section (FA3's 32 MB) halved and doubled, on the causal rows
     "l2_16": ({"l2_section_mb": 16}, None),
     "l2_64": ({"l2_section_mb": 64}, None),
@@ -417,7 +440,8 @@ VARIANTS = {
     # the causal diagnosis; with three consumers the Q buffer indices are compile-time constants
     # since. Device run 21 (fixed form): non-causal +17.5/+9.4/+1.8/-0.5/+3.8% at 512/1k/2k/4k/16k
     # over no_qpf, grid and diagnosis passed causal and not; causal -5..-8% at 1k-8k: not there.
-    "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1}, (128, 64)),
+    "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1, "q_release_early": False},
+            (128, 64)),
     # hdim 64 non-causal's row before run 19 (static persistent order, one Q buffer)
     "no_qpf": ({"q_prefetch": False, "scheduler": 0}, (64,)),
     # session 10: pingpong on the shipped (persistent) rows at hdim 128 / 256. FA3 orders its two
@@ -447,6 +471,10 @@ VARIANTS = {
     # own tile, FFMA softmax, split loops (16 + 16 + 3 x 32 KB of shared memory)
     "d64_pdyn_tmao": ({"persistent": True, "scheduler": 1, "tma_store": True, "o_buffer": True,
                        "softmax_fma": True, "split_loops": True}, (64,)),
+    # session 13: the same with hdim 128's causal mask form (mask_limit, run 58); cuDNN's hdim 64
+    # kernel is this shape (run 61: two consumer warpgroups of 64 rows, 128-row tiles, persistent)
+    "d64_2wg_ml": ({"persistent": True, "scheduler": 1, "tma_store": True, "o_buffer": True,
+                    "softmax_fma": True, "split_loops": True, "mask_limit": True}, (64,)),
     # session 11: the hdim 64 rows (three warpgroups) with O in its own shared-memory boxes
     # (o_buffer; Q in boxes 0..2 of 8, O in 4..6), so Q is released before the epilogue and the
     # next tile's Q loads under it. Device run 47's stamps, causal row (O through Q's boxes):
@@ -457,7 +485,7 @@ VARIANTS = {
     # the rows before session 11's adoptions (device run 48): hdim 256 non-causal without o_half,
     # hdim 64 causal without o_buffer
     "no_o_half": ({"o_half": False}, (256,)),
-    "no_o_buf3": ({"o_buffer": False, "mask_limit": False}, (64,)),
+    "no_o_buf3": ({"o_buffer": False, "mask_limit": False, "q_release_early": False}, (64,)),
     # session 11: FA3's key-block order on the hdim 128 causal row (device run 51's stamps: the
     # causal loop costs 2788 cycles per block at 2k against the non-causal loop's 2441; FA3 leads
     # by 4-14% at 1k-4k). The diagonal block first, where block 0's softmax waits for its QK^T
@@ -471,6 +499,19 @@ VARIANTS = {
     # warpgroups): Q + O boxes 64 KB + 3 x 32 KB
     "s3_128": ({"num_stages": 3, "o_buffer": False}, (128,)),
     "s3_64": ({"num_stages": 3}, (64,)),
+    # session 13: Q released after each warpgroup's last QK^T (q_release_early) on the rows
+    # whose O has its own buffer (hdim 64: o_buf3's boxes; non-causal: o_buf3's row, the Q
+    # prefetch off; hdim 128: before the last softmax instead of after it)
+    "qrel": ({"q_release_early": True, "o_buffer": True, "q_prefetch": False}, (64, 128)),
+    # hdim 64 causal's row before q_release_early was adopted (device run 66)
+    "no_qrel": ({"q_release_early": False}, (64,)),
+    # session 13 candidates, not yet run on a GPU: per-warpgroup Q boxes and barriers on the
+    # hdim 64 rows (non-causal: o_buf3's row), with 2 and 3 K / V stages (with 3 the next tile's
+    # first block can load one block earlier)
+    "qw": ({"q_per_warpgroup": True, "q_release_early": True, "o_buffer": True,
+            "q_prefetch": False}, (64,)),
+    "qw3": ({"q_per_warpgroup": True, "q_release_early": True, "o_buffer": True,
+             "q_prefetch": False, "num_stages": 3}, (64,)),
     # session 11: the K / V stages released through named barriers (kv_release_nb). The SASS of
     # the hdim 128 causal row against FA3's (helper comparison, RESULTS.md run 52): the steady
     # loop executes the same instructions per key block (466 against 469), but ours has three
@@ -507,12 +548,13 @@ VARIANTS = {
     "joint_aw": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True, "asm_waits": True},
                  (128, 256)),
     "aw": ({"kv_release_nb": True, "asm_waits": True}, (128, 256)),
-    "no_mlim": ({"mask_limit": False}, (64, 128, 256)),
+    "no_mlim": ({"mask_limit": False, "q_release_early": False}, (64, 128, 256)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
-            "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr",
+            "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
+            "qw3",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw"}
 
 
@@ -865,11 +907,13 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
                   PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
                   row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
                   REV: gl.constexpr = 0, n_rev=0, NB: gl.constexpr = 0,
-                  KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
+                  KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1,
+                  q_rel=None, j_end=0, QREL: gl.constexpr = 0):
     # one steady-state iteration of _consumer's overlapped loop: QK^T of block j and P V of block
     # j - 1 in flight together. MASK: False / True, or 2: masked iff j >= n_unmasked (one loop
     # over every block; False / True serve the v8 split loops). REV (kv_reverse): step j of the
-    # ring holds key block n_rev - 1 - j (its columns for the mask)
+    # ring holds key block n_rev - 1 - j (its columns for the mask). QREL (q_release_early): at
+    # step j_end - 1 Q is released (q_rel) once its QK^T has completed, before the softmax
     s = (kv_base + j) % NUM_STAGES
     sp = (kv_base + j - 1) % NUM_STAGES
     if KOFF >= 0:  # asm_waits: K_ready / V_ready at these shared-memory offsets (_asm_wait)
@@ -895,6 +939,9 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
         _nb_op(4 + s, False)
     else:
         mbarrier.arrive(kv_empty.index(s), count=1)
+    if QREL:
+        if j + 1 == j_end:
+            mbarrier.arrive(q_rel, count=1)  # the warpgroup's last QK^T has read Q
     if REV:
         jb = n_rev - 1 - j
     else:
@@ -918,8 +965,11 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
                 MASK: gl.constexpr, WG: gl.constexpr, CAUSAL: gl.constexpr,
                 BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                 PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
-                row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0):
-    # one iteration of _consumer's block-by-block loop; MASK as in _overlap_step
+                row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
+                q_rel=None, j_end=0, QREL: gl.constexpr = False):
+    # one iteration of _consumer's block-by-block loop; MASK as in _overlap_step. QREL
+    # (q_release_early): at block j_end - 1 (the warpgroup's last) Q is released (q_rel) as soon
+    # as its QK^T has completed
     s = (kv_base + j) % NUM_STAGES
     ph = ((kv_base + j) // NUM_STAGES) & 1
     mbarrier.wait(k_ready.index(s), ph)
@@ -933,6 +983,9 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
     _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
     s_acc = warpgroup_mma_wait(0, deps=[s_tok])
     mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
+    if QREL:
+        if j + 1 == j_end:
+            mbarrier.arrive(q_rel, count=1)  # this warpgroup's last QK^T has read Q
     p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                                          n_unmasked, MASK, CAUSAL, BLOCK_N, s_layout, FMA)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
@@ -981,6 +1034,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     Returns the counters after the tile.
     """
     M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
+    QREL: gl.constexpr = DIAG & 128  # q_release_early (_plain_step, _overlap_step)
     if TMA_STORE == 2:
         if NC != 3:  # [2, ...]: Q tile, then O's own tile (v6 o_buffer)
             o_buf = q_smem.index(1)
@@ -1068,6 +1122,9 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                 _nb_op(4 + s0, False)
             else:
                 mbarrier.arrive(kv_empty.index(s0), count=1)
+            if QREL:
+                if n_blocks == 1:
+                    mbarrier.arrive(q_empty, count=1)  # the only QK^T has read Q
             if DIAG & 32:
                 # kv_reverse: the first step holds the last key block (causal: the diagonal),
                 # masked (exact for a fully visible block)
@@ -1094,13 +1151,15 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF,
+                    q_empty, n_blocks, QREL)
             for j in range(gl.maximum(n_unmasked, 1), n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
-                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF)
+                    PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF,
+                    q_empty, n_blocks, QREL)
         if DIAG & 32:
             # kv_reverse: steps 1 .. n_blocks - n_unmasked - 1 hold the other masked blocks
             # (none when seqlen_q == seqlen_k and BLOCK_M == BLOCK_N), the rest unmasked ones
@@ -1110,14 +1169,14 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
-                    VOFF)
+                    VOFF, q_empty, n_blocks, QREL)
             for j in range(gl.maximum(n_blocks - n_unmasked, 1), n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
-                    VOFF)
+                    VOFF, q_empty, n_blocks, QREL)
         # steady state: QK^T of block j and P V of block j-1 in flight together
         if not SPLIT and not (DIAG & 32):
             for j in range(1, n_blocks):
@@ -1126,11 +1185,15 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, 2, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked, 0, 0, DIAG & 64, KOFF,
-                    VOFF)
+                    VOFF, q_empty, n_blocks, QREL)
         if PERSISTENT:
             if TMA_STORE != 1:
                 if TMA_STORE != 3:
-                    mbarrier.arrive(q_empty, count=1)  # every QK^T of this tile has completed
+                    if QREL:
+                        if n_blocks == 0:  # (otherwise released after the last QK^T)
+                            mbarrier.arrive(q_empty, count=1)
+                    else:
+                        mbarrier.arrive(q_empty, count=1)  # every QK^T of this tile has completed
         if n_blocks > 0:
             jl = kv_base + n_blocks - 1
             sl = jl % NUM_STAGES
@@ -1166,20 +1229,20 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i,
                     s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base, False, WG,
                     CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG, PP_MODE, s_layout, row_o,
-                    p_layout, FMA)
+                    p_layout, FMA, 0, q_empty, n_blocks, QREL)
             for j in range(gl.maximum(n_unmasked, 0), n_blocks):
                 acc, m_i, l_i = _plain_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i,
                     s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base, True, WG,
                     CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG, PP_MODE, s_layout, row_o,
-                    p_layout, FMA)
+                    p_layout, FMA, 0, q_empty, n_blocks, QREL)
         if not SPLIT:
             for j in range(n_blocks):
                 acc, m_i, l_i = _plain_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i,
                     s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base, 2, WG,
                     CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG, PP_MODE, s_layout, row_o,
-                    p_layout, FMA, n_unmasked)
+                    p_layout, FMA, n_unmasked, q_empty, n_blocks, QREL)
         if PP_MODE != 0:
             if n_blocks > 0:
                 _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
@@ -1191,7 +1254,11 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         if PERSISTENT:
             if TMA_STORE != 1:
                 if TMA_STORE != 3:
-                    mbarrier.arrive(q_empty, count=1)
+                    if QREL:
+                        if n_blocks == 0:  # (otherwise released after the last QK^T)
+                            mbarrier.arrive(q_empty, count=1)
+                    else:
+                        mbarrier.arrive(q_empty, count=1)
     if WGB:
         # blocks of the tile that no row of this warpgroup sees: release them unread. Wait for
         # each load first: its k_ready/v_ready phase means the stage's previous use is released
@@ -1555,6 +1622,23 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
 
 
 @gluon.jit
+def _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b, kvh, j, pos,
+                   BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    # key block j of (b, kvh) into ring position pos, once every consumer released that stage's
+    # K (kv_empty[s]) and V (kv_empty[NUM_STAGES + s]) of position pos - NUM_STAGES
+    s = pos % NUM_STAGES
+    ph = (pos // NUM_STAGES) & 1
+    mbarrier.wait(kv_empty.index(s), ph ^ 1)
+    kb = k_ready.index(s)
+    mbarrier.expect(kb, k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, kvh, 0], kb, k_smem.index(s))
+    mbarrier.wait(kv_empty.index(NUM_STAGES + s), ph ^ 1)
+    vb = v_ready.index(s)
+    mbarrier.expect(vb, v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, kvh, 0], vb, v_smem.index(s))
+
+
+@gluon.jit
 def _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, kk, num_tiles, n_bh, num_m_tiles,
                 l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                 CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -1618,18 +1702,10 @@ def _producer_dynamic_pf(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
                 _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, k + 1, num_tiles,
                             n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                             CAUSAL, BLOCK_M, BLOCK_N, NC)
-            # (the K/V load of _producer's loop; calling one shared helper from _producer
+            # (the K/V load of _producer's loop, as a helper here; calling it from _producer
             # changes the shipped hdim-128 causal row's SASS, pinned until a GPU run re-verifies)
-            s = (c + j) % NUM_STAGES
-            ph = ((c + j) // NUM_STAGES) & 1
-            mbarrier.wait(kv_empty.index(s), ph ^ 1)
-            kb = k_ready.index(s)
-            mbarrier.expect(kb, k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, kvh, 0], kb, k_smem.index(s))
-            mbarrier.wait(kv_empty.index(NUM_STAGES + s), ph ^ 1)
-            vb = v_ready.index(s)
-            mbarrier.expect(vb, v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, kvh, 0], vb, v_smem.index(s))
+            _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b, kvh,
+                           j, c + j, BLOCK_N, NUM_STAGES)
         if n_blocks <= NUM_STAGES:
             _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, k + 1, num_tiles,
                         n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
@@ -1637,6 +1713,88 @@ def _producer_dynamic_pf(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
         c += n_blocks
         k += 1
         tile = nxt
+
+
+@gluon.jit
+def _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w: gl.constexpr, k, more, b, h,
+               m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k):
+    # q_per_warpgroup: consumer warpgroup w's work item and Q box (rows m_start + 64 w ..) of the
+    # program's k-th tile, once that warpgroup released its box of tile k - 1 (its last QK^T);
+    # past the last tile (more == 0) the stop signal, q_bar[w] completed by a plain arrive
+    mbarrier.wait(q_empty.index(w), (k & 1) ^ 1)
+    _publish_tile(tile_smem.index(w), more, b, h, m_start, n_blocks, n_unmasked, heads,
+                  seqlen_q, seqlen_k)
+    if more != 0:
+        M_Q: gl.constexpr = q_desc.block_type.shape[1]
+        mbarrier.expect(q_bar.index(w), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, m_start + w * M_Q, h, 0], q_bar.index(w),
+                                        q_smem.index(w))
+    else:
+        mbarrier.arrive(q_bar.index(w), count=1)
+
+
+@gluon.jit
+def _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
+                         k_ready, v_ready, kv_empty, tile_smem, tile_counter,
+                         n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+                         CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                         NUM_STAGES: gl.constexpr):
+    # q_per_warpgroup (session 13 candidate; three consumer warpgroups, O in its own boxes): each
+    # consumer warpgroup has its own Q box, work-item slot, q_bar and q_empty, so a warpgroup that
+    # finished its tile (under wg_bounds warpgroup 0 sees fewer key blocks than 1 and 2) starts
+    # the next one without waiting for the others' last QK^T. Per tile: warpgroup 0's box, the
+    # first K / V block, then warpgroups 1 and 2's boxes (the last to be released), then the
+    # other blocks. The K / V ring is shared as before (every warpgroup releases every stage).
+    num_tiles = n_bh * num_m_tiles
+    grid = gl.num_programs(0)
+    c = gl.program_id(0) * 0  # K/V ring counter, carried across tiles
+    k = gl.program_id(0) * 0  # tiles of this program so far
+    tile = gl.program_id(0)
+    while tile < num_tiles:
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
+            tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+            CAUSAL, BLOCK_M, BLOCK_N)
+        _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, 0, k, 1, b, h, m_start, n_blocks,
+                   n_unmasked, heads, seqlen_q, seqlen_k)
+        for j in range(n_blocks):
+            _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b, kvh,
+                           j, c + j, BLOCK_N, NUM_STAGES)
+            if j == 0:
+                for w in gl.static_range(1, 3):
+                    _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 1, b, h,
+                               m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k)
+        if n_blocks == 0:
+            for w in gl.static_range(1, 3):
+                _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 1, b, h, m_start,
+                           n_blocks, n_unmasked, heads, seqlen_q, seqlen_k)
+        r = gl.atomic_add(tile_counter, 1)
+        if r == num_tiles - 1:  # the launch's last fetch: reset the counter for the next launch
+            gl.atomic_xchg(tile_counter, 0)
+        c += n_blocks
+        k += 1
+        tile = r + grid
+    for w in gl.static_range(3):  # the stop signal, per warpgroup
+        _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+@gluon.jit
+def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
+                          k_ready, v_ready, kv_empty, tile_smem, tile_counter,
+                          n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
+                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          NUM_STAGES: gl.constexpr, DIAG: gl.constexpr = 0):
+    # the three-consumer dynamic rows' producer: per-warpgroup Q (q_per_warpgroup, DIAG bit 256)
+    # or one Q tile for the three
+    if DIAG & 256:
+        _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
+                             k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                             num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                             BLOCK_M, BLOCK_N, NUM_STAGES)
+    else:
+        _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
+                          k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh, num_m_tiles,
+                          l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M,
+                          BLOCK_N, NUM_STAGES, 3)
 
 
 @gluon.jit
@@ -1700,6 +1858,19 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                                      PINGPONG, c, t, (i // 2) & 1, q_empty.index(1 - sb), o_desc,
                                      D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, 0,
                                      DIAG)
+                i += 1
+        elif DIAG & 256:
+            # q_per_warpgroup: this warpgroup's own Q box, work-item slot and barriers
+            mbarrier.wait(q_bar.index(WG), i & 1)
+            more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(
+                tile_smem.index(WG))
+            if more != 0:
+                c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(WG), k_ready, v_ready,
+                                 kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs, sq, sk,
+                                 sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
+                                 WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                                 PINGPONG, c, t, i & 1, q_empty.index(WG), o_desc, D_REAL, True,
+                                 TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG)
                 i += 1
         else:
             mbarrier.wait(q_bar, i & 1)  # this tile's Q (or the stop signal) and its work item
@@ -1859,6 +2030,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
         o_half = k_smem
     if TMA_STORE == 3:
         q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    elif QPF_DIAG & 256:  # q_per_warpgroup: one per consumer warpgroup
+        q_bar = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     else:
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -1869,6 +2042,9 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     if TMA_STORE == 3:
         mbarrier.init(q_bar.index(0), count=1)
         mbarrier.init(q_bar.index(1), count=1)
+    elif QPF_DIAG & 256:
+        for i in gl.static_range(3):
+            mbarrier.init(q_bar.index(i), count=1)
     else:
         mbarrier.init(q_bar, count=1)
     for i in gl.static_range(NUM_STAGES):
@@ -1894,6 +2070,10 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
             mbarrier.init(q_empty.index(1), count=NUM_CONSUMERS)
             if QPF_DIAG & 1:  # diag_fence_init: the inits (all done by now) before any TMA
                 fence_async_shared()
+        elif QPF_DIAG & 256:  # q_per_warpgroup: one per consumer warpgroup, one arrival each
+            q_empty = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+            for i in gl.static_range(3):
+                mbarrier.init(q_empty.index(i), count=1)
         else:
             q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             mbarrier.init(q_empty, count=NUM_CONSUMERS)  # one arrival per consumer warpgroup
@@ -1908,6 +2088,9 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
             # the current work item (_publish_tile)
             if TMA_STORE == 3:  # one work-item slot per Q buffer
                 tile_smem = gl.allocate_shared_memory(gl.int32, [2, 16],
+                                                      gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            elif QPF_DIAG & 256:  # q_per_warpgroup: one slot per consumer warpgroup
+                tile_smem = gl.allocate_shared_memory(gl.int32, [4, 16],
                                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
             else:
                 tile_smem = gl.allocate_shared_memory(gl.int32, [16],
@@ -1951,10 +2134,10 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
                         NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
                         SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
-                    (_producer_dynamic, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
-                        q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                    (_producer_dynamic_nc3, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                        q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
+                        BLOCK_M, BLOCK_N, NUM_STAGES, QPF_DIAG)),
                 ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
             elif TMA_STORE == 3:
                 gl.warp_specialize([
@@ -2412,6 +2595,18 @@ def _check_switch_support(cfg: FwdConfig) -> None:
         raise ValueError("kv_reverse: the dynamic scheduler with two consumer warpgroups and the "
                          "overlap only (no q_prefetch, wg_bounds, skip_empty_wg, pingpong or "
                          "split_loops)")
+    # q_release_early: the non-overlapped loop (_plain_step) of the persistent rows whose O
+    # leaves through its own buffer (o_buffer), so that nothing reads Q after the last QK^T
+    if cfg.q_release_early and not (cfg.warp_specialize and cfg.persistent and cfg.o_buffer
+                                    and not (cfg.pingpong or cfg.q_prefetch or cfg.kv_reverse
+                                             or cfg.num_consumers == 1)):
+        raise ValueError("q_release_early: the persistent rows with o_buffer (no pingpong, "
+                         "q_prefetch, kv_reverse or num_consumers 1)")
+    if cfg.q_per_warpgroup and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler
+                                    and cfg.num_consumers == 3 and cfg.o_buffer
+                                    and not (cfg.q_prefetch or cfg.pingpong)):
+        raise ValueError("q_per_warpgroup: the dynamic-scheduler rows with three consumer "
+                         "warpgroups and o_buffer only (no q_prefetch)")
     if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
                                and not cfg.o_buffer):
         raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
@@ -2438,7 +2633,8 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
     bits = 1 * cfg.diag_fence_init + 2 * cfg.diag_store_wait + 4 * cfg.diag_joint_exit
     if bits and not cfg.q_prefetch:
         raise ValueError("the diag_* switches act only with q_prefetch")
-    return bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse + 64 * cfg.kv_release_nb
+    return (bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse + 64 * cfg.kv_release_nb
+            + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup)
 
 
 def _v4_constexprs(cfg: FwdConfig) -> dict:
