@@ -177,6 +177,7 @@ _SCRIPT = """
 import json, re, sys
 from fusedattn import inspect as fi
 out = []
+first = int(sys.argv[2])
 for d, c, ov in json.loads(sys.argv[1]):
     r = fi.report(d, c, "bf16", **ov)
     k = r.pop("_kernel")
@@ -204,7 +205,7 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_mbar_init"] = len(re.findall(r"mbarrier\\.init", ptx))
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
-    r["_case"] = len(out)
+    r["_case"] = first + len(out)
     out.append(r)
 print("REPORTS=" + json.dumps(out))
 """
@@ -212,13 +213,22 @@ print("REPORTS=" + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def reports():
+    # the cases in two halves, compiled by two processes at once (CI has two cores; one process
+    # took ~14 minutes for all of them)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    line = [ln for ln in res.stdout.splitlines() if ln.startswith("REPORTS=")][-1]
-    return json.loads(line[len("REPORTS="):])
+    half = (len(CASES) + 1) // 2
+    procs = [subprocess.Popen([sys.executable, "-c", _SCRIPT, json.dumps(CASES[a:a + half]),
+                               str(a)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for a in (0, half)]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=1500)
+        assert p.returncode == 0, stderr[-3000:]
+        line = [ln for ln in stdout.splitlines() if ln.startswith("REPORTS=")][-1]
+        out += json.loads(line[len("REPORTS="):])
+    assert [r["_case"] for r in out] == list(range(len(CASES)))
+    return out
 
 
 @pytest.fixture(params=range(len(CASES)), ids=[
