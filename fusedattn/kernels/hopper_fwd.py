@@ -443,7 +443,7 @@ VARIANTS = {
     "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1, "q_release_early": False},
             (128, 64)),
     # hdim 64 non-causal's row before run 19 (static persistent order, one Q buffer)
-    "no_qpf": ({"q_prefetch": False, "scheduler": 0}, (64,)),
+    "no_qpf": ({"q_prefetch": False, "scheduler": 0, "q_release_early": False}, (64,)),
     # session 10: pingpong on the shipped (persistent) rows at hdim 128 / 256. FA3 orders its two
     # consumer warpgroups' GEMMs (scheduler barriers) together with the intra-warpgroup overlap
     # at hdim 128; our pingpong was measured flat only on the non-persistent v3 rows (runs 2-5).
@@ -2595,9 +2595,11 @@ def _check_switch_support(cfg: FwdConfig) -> None:
         raise ValueError("kv_reverse: the dynamic scheduler with two consumer warpgroups and the "
                          "overlap only (no q_prefetch, wg_bounds, skip_empty_wg, pingpong or "
                          "split_loops)")
-    # q_release_early: the non-overlapped loop (_plain_step) of the persistent rows whose O
-    # leaves through its own buffer (o_buffer), so that nothing reads Q after the last QK^T
+    # q_release_early: the loops (_plain_step, _overlap_step) of the persistent rows whose O
+    # leaves through its own buffer (o_buffer), so that nothing reads Q after the last QK^T; not
+    # the static three-consumer partitions, which are not given QPF_DIAG
     if cfg.q_release_early and not (cfg.warp_specialize and cfg.persistent and cfg.o_buffer
+                                    and (cfg.scheduler or cfg.num_consumers != 3)
                                     and not (cfg.pingpong or cfg.q_prefetch or cfg.kv_reverse
                                              or cfg.num_consumers == 1)):
         raise ValueError("q_release_early: the persistent rows with o_buffer (no pingpong, "
@@ -2606,7 +2608,7 @@ def _check_switch_support(cfg: FwdConfig) -> None:
                                     and cfg.num_consumers == 3 and cfg.o_buffer
                                     and not (cfg.q_prefetch or cfg.pingpong)):
         raise ValueError("q_per_warpgroup: the dynamic-scheduler rows with three consumer "
-                         "warpgroups and o_buffer only (no q_prefetch)")
+                         "warpgroups and o_buffer only (no q_prefetch or pingpong)")
     if cfg.q_prefetch and not (cfg.tma_store and cfg.persistent and cfg.scheduler
                                and not cfg.o_buffer):
         raise ValueError("q_prefetch needs tma_store, the dynamic scheduler and no o_buffer")
