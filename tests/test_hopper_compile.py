@@ -921,7 +921,8 @@ def test_q_per_warpgroup(reports):
         assert qw["spill_stores"] == 0 and qw["spill_loads"] == 0
     assert not any(H.get_config(d, c).q_per_warpgroup for d in (64, 128, 256) for c in (0, 1))
     for bad in (dict(q_prefetch=True, o_buffer=False, q_release_early=False),
-                dict(o_buffer=False, q_release_early=False), dict(scheduler=0, wg_bounds=False)):
+                dict(o_buffer=False, q_release_early=False),
+                dict(scheduler=0, wg_bounds=False, q_release_early=False)):
         with pytest.raises(ValueError, match="q_per_warpgroup"):
             H._check_switch_support(H.get_config(64, True, q_per_warpgroup=True, **bad))
     with pytest.raises(ValueError, match="q_per_warpgroup"):
