@@ -66,19 +66,27 @@ def cfg_of(name, d, causal):
     return H.get_config(d, causal) if name == "row" else H.variant_config(name, d, causal)
 
 
-def _check_tensors(d, causal):
-    """q, k, v of the check: tails (1000 queries, 1100 or 900 keys) and GQA (4 heads on 2)."""
+def _check_tensors(d, causal, batch=2, heads=4):
+    """q, k, v of the check: tails (1000 queries, 1100 or 900 keys) and GQA (heads on heads/2).
+    batch 2, 4 heads: fewer tiles than SMs; batch 8, 8 heads: several tiles per program (the
+    integer arguments specialise alike, so both shapes share one compile)."""
     torch.manual_seed(7)
     sk = 1100 if not causal else 900
-    return (torch.randn(2, 1000, 4, d, device="cuda", dtype=torch.bfloat16),
-            torch.randn(2, sk, 2, d, device="cuda", dtype=torch.bfloat16),
-            torch.randn(2, sk, 2, d, device="cuda", dtype=torch.bfloat16))
+    return (torch.randn(batch, 1000, heads, d, device="cuda", dtype=torch.bfloat16),
+            torch.randn(batch, sk, heads // 2, d, device="cuda", dtype=torch.bfloat16),
+            torch.randn(batch, sk, heads // 2, d, device="cuda", dtype=torch.bfloat16))
 
 
 def check(name, d, causal):
+    """Both check shapes; (ok, worst rel, worst lse error)."""
+    res = [_check_one(name, d, causal, *shape) for shape in ((2, 4), (8, 8))]
+    return all(r[0] for r in res), max(r[1] for r in res), max(r[2] for r in res)
+
+
+def _check_one(name, d, causal, batch, heads):
     """A tails + GQA case against float64 with NaN-poisoned outputs; (ok, rel, lse error)."""
     cfg = cfg_of(name, d, causal)
-    q, k, v = _check_tensors(d, causal)
+    q, k, v = _check_tensors(d, causal, batch, heads)
     out = torch.full_like(q, float("nan"))
     lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device="cuda")
     H.forward(q, k, v, causal, d ** -0.5, config=cfg, _out=out, _lse=lse)

@@ -28,3 +28,8 @@ def pytest_collection_modifyitems(config, items):
 def _seed():
     torch.manual_seed(0)
     yield
+    if HAS_CUDA:
+        # give cached blocks back after each test: the device scripts run the GPU grid in 12
+        # pytest workers on one GPU, and each worker's cache kept 8-15 GB (device runs 68 and
+        # 72 ran one large case out of memory that way; it passes alone)
+        torch.cuda.empty_cache()

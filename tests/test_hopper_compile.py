@@ -115,6 +115,8 @@ CASES = [
     (64, True, {"variant": "qw"}),
     (64, True, {"variant": "qw3"}),
     (64, False, {"variant": "qw"}),
+    # session 14: qw3 adopted in the hdim 64 non-causal row (device run 71); the row before it
+    (64, False, {"variant": "no_qw"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -139,8 +141,8 @@ VERIFIED_SASS = {
     # row's code): GPU grid in device run 14 (RESULTS.md)
     (64, False, (("variant", "no_qpf"),)): "18336633b7a15d8d23254fde75ccb6f318ac3e5d",
     # hdim 64 non-causal with the Q prefetch (compile-time buffer indices): GPU grid (head dims
-    # 40 / 64) passed in device run 21
-    (64, False, ()): "6b305f5cd9fdec815bd9fcc8adba2226c182e0c3",
+    # 40 / 64) passed in device run 21 (the row until session 14, now variant no_qw)
+    (64, False, (("variant", "no_qw"),)): "6b305f5cd9fdec815bd9fcc8adba2226c182e0c3",
     # hdim 256 non-causal's row until session 11 (now variant no_o_half)
     (256, False, (("variant", "no_o_half"),)): "8d0408b41a761d85b862c7b5a65dae7491b53587",
     (64, True, (("variant", "keep_empty"),)): "480c4bbb1651f263f242cdd730a84d428014893f",
@@ -167,6 +169,11 @@ VERIFIED_SASS = {
     # and 1 failed out of memory (12 workers; it passed alone in run 69), memcheck 0, racecheck
     # on the work item and hand-off bytes only, in device run 68 (RESULTS.md)
     (64, True, ()): "0787476653ddb39beab8f91c95d90f8e2da3e034",
+    # session 14: q_per_warpgroup with 3 K / V stages in the hdim 64 non-causal row (variant
+    # qw3, device run 71); GPU grid 775 passed and 1 failed out of memory (an hdim 256 case, as
+    # in run 68), memcheck 0, synccheck 0, racecheck on the three work-item slots and the
+    # hand-off bytes only, in device run 72 (RESULTS.md)
+    (64, False, ()): "b195aec11507a7b582862f8af03af2cae202c612",
     # (the causal rows of device runs 7-12 used the dynamic scheduler, whose code changed with
     # the batch * heads argument after run 13: their digests are no longer pinned)
 }
@@ -534,9 +541,9 @@ def test_o_buffer_with_three_consumers(reports):
     import torch
     q = torch.zeros(1, 256, 2, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="q_prefetch"):
-        H.forward(q, q, q, False, 0.1, config=H.get_config(64, False, o_buffer=True))
+        H.forward(q, q, q, False, 0.1, config=H.variant_config("no_qw", 64, False, o_buffer=True))
     with pytest.raises(ValueError, match="q_prefetch"):
-        H.compile_sm90(64, False, config=H.get_config(64, False, o_buffer=True))
+        H.compile_sm90(64, False, config=H.variant_config("no_qw", 64, False, o_buffer=True))
     for bad in (dict(persistent=False, scheduler=0), dict(tma_store=False)):
         with pytest.raises(ValueError, match="o_buffer needs"):
             H.compile_sm90(64, True, config=H.get_config(64, True, **bad))
@@ -893,7 +900,7 @@ def test_q_release_early(reports):
         assert cand["config"]["q_release_early"] and cand["spill_stores"] == 0
     assert by_case[(128, False, json.dumps({"variant": "qrel"}))]["ptx_mbar_arrive"] > by_case[
         (128, False, json.dumps({}))]["ptx_mbar_arrive"]
-    for d, c in ((64, False), (128, False), (128, True), (256, False), (256, True)):
+    for d, c in ((128, False), (128, True), (256, False), (256, True)):
         assert not H.get_config(d, c).q_release_early
     for bad in (dict(o_buffer=False), dict(q_prefetch=True, o_buffer=False), dict(pingpong=True),
                 dict(kv_reverse=True)):
@@ -902,24 +909,28 @@ def test_q_release_early(reports):
 
 
 def test_q_per_warpgroup(reports):
-    """q_per_warpgroup (session 13 candidates qw / qw3, not yet run on a GPU): in the hdim 64
-    rows each of the three consumer warpgroups has its own Q box, q_bar and q_empty (two more
-    mbarriers of each kind than the row), the producer loads each box when its warpgroup
-    released it; the same GEMMs, the same three Q boxes loaded per tile, no spills; refused
-    outside the three-consumer dynamic rows with O's own boxes."""
+    """q_per_warpgroup (session 13 candidates qw / qw3; qw3 is the hdim 64 non-causal row since
+    device run 71): each of the three consumer warpgroups has its own Q box, q_bar and q_empty
+    (two more mbarriers of each kind than one Q tile), the producer loads each box when its
+    warpgroup released it; the same GEMMs, the same three Q boxes loaded per tile, no spills;
+    refused outside the three-consumer dynamic rows with O's own boxes."""
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}
     for causal, name, base in ((True, "qw", {}), (True, "qw3", {}),
-                               (False, "qw", {"variant": "o_buf3"})):
-        qw = by_case[(64, causal, json.dumps({"variant": name}))]
+                               (False, "qw", {"variant": "o_buf3"}),
+                               (False, None, {"variant": "o_buf3"})):
+        qw = by_case[(64, causal, json.dumps({"variant": name} if name else {}))]
         row = by_case[(64, causal, json.dumps(base))]
         assert qw["config"]["q_per_warpgroup"] and qw["config"]["q_release_early"]
         # q_bar and q_empty: three each instead of one; qw3's third K / V stage: four more
-        assert qw["ptx_mbar_init"] == row["ptx_mbar_init"] + 4 + 4 * (name == "qw3"), (
+        assert qw["ptx_mbar_init"] == row["ptx_mbar_init"] + 4 + 4 * (name != "qw"), (
             qw["ptx_mbar_init"], row["ptx_mbar_init"])
         assert qw["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
         assert qw["spill_stores"] == 0 and qw["spill_loads"] == 0
-    assert not any(H.get_config(d, c).q_per_warpgroup for d in (64, 128, 256) for c in (0, 1))
+    assert [(d, c) for d in (64, 128, 256) for c in (0, 1)
+            if H.get_config(d, c).q_per_warpgroup] == [(64, 0)]
+    assert H.get_config(64, False) == H.variant_config("qw3", 64, False)
+    assert H.variant_config("no_qw", 64, False).q_prefetch
     for bad in (dict(q_prefetch=True, o_buffer=False, q_release_early=False),
                 dict(o_buffer=False, q_release_early=False),
                 dict(scheduler=0, wg_bounds=False, q_release_early=False)):

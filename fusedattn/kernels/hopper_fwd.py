@@ -261,10 +261,15 @@ CONFIGS = {
     # The next tile's Q loaded during this tile, on the dynamic scheduler (variant qpf, v10),
     # device run 19: s=512/1k/2k/4k/8k/16k 385/418/500/506/503/505 vs 315/379/449/467/487/495
     # (+22/+10/+11/+8/+3/+2%).
-    (64, False): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
+    # Per-warpgroup Q boxes, work items and barriers with 3 K / V stages (q_per_warpgroup,
+    # variant qw3, session 14; Q released after each warpgroup's last QK^T, O in its own boxes,
+    # no Q prefetch): device run 71 (stamps: each SM's busy cycles; rotated rounds, 5): tile
+    # cycles -1.7 / -3.0% at 1k / 2k (qw with 2 stages: -1.0 / -2.7%). The previous row is
+    # variant no_qw.
+    (64, False): _base(64, block_m=192, block_n=128, num_stages=3, num_consumers=3,
                        consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
-                       persistent=True, tma_store=True, split_loops=True, q_prefetch=True,
-                       o_buffer=False, scheduler=1),
+                       persistent=True, tma_store=True, split_loops=True, q_prefetch=False,
+                       o_buffer=True, scheduler=1, q_per_warpgroup=True, q_release_early=True),
     # 3 warpgroups x 64 rows, BLOCK_N 128, dynamic longest-first persistent scheduler, TMA store,
     # per-warpgroup causal bounds (variant d64_3wg_n128_pdyn_wgb), device run 7: causal
     # s=1k/2k/4k/8k 259/362/415/463 vs the previous row (v3+FFMA) 213/295/363/409
@@ -440,10 +445,13 @@ VARIANTS = {
     # the causal diagnosis; with three consumers the Q buffer indices are compile-time constants
     # since. Device run 21 (fixed form): non-causal +17.5/+9.4/+1.8/-0.5/+3.8% at 512/1k/2k/4k/16k
     # over no_qpf, grid and diagnosis passed causal and not; causal -5..-8% at 1k-8k: not there.
-    "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1, "q_release_early": False},
+    # (since session 14 with q_per_warpgroup off and 2 stages: the rows of their measurements)
+    "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1, "q_release_early": False,
+             "q_per_warpgroup": False, "num_stages": 2},
             (128, 64)),
     # hdim 64 non-causal's row before run 19 (static persistent order, one Q buffer)
-    "no_qpf": ({"q_prefetch": False, "scheduler": 0, "q_release_early": False}, (64,)),
+    "no_qpf": ({"q_prefetch": False, "scheduler": 0, "q_release_early": False,
+                "q_per_warpgroup": False, "num_stages": 2, "o_buffer": False}, (64,)),
     # session 10: pingpong on the shipped (persistent) rows at hdim 128 / 256. FA3 orders its two
     # consumer warpgroups' GEMMs (scheduler barriers) together with the intra-warpgroup overlap
     # at hdim 128; our pingpong was measured flat only on the non-persistent v3 rows (runs 2-5).
@@ -481,7 +489,8 @@ VARIANTS = {
     # 2559 cycles between a tile's end and the next tile's entry at 1k (2784 at 2k), 14% of a
     # tile; the d64_pdyn_tmao tiles, with O's own tile, 385. On the non-causal row it replaces
     # the Q prefetch (gap 295 there already)
-    "o_buf3": ({"o_buffer": True, "q_prefetch": False}, (64,)),
+    "o_buf3": ({"o_buffer": True, "q_prefetch": False, "q_per_warpgroup": False,
+                "num_stages": 2, "q_release_early": False}, (64,)),
     # the rows before session 11's adoptions (device run 48): hdim 256 non-causal without o_half,
     # hdim 64 causal without o_buffer
     "no_o_half": ({"o_half": False}, (256,)),
@@ -502,16 +511,25 @@ VARIANTS = {
     # session 13: Q released after each warpgroup's last QK^T (q_release_early) on the rows
     # whose O has its own buffer (hdim 64: o_buf3's boxes; non-causal: o_buf3's row, the Q
     # prefetch off; hdim 128: before the last softmax instead of after it)
-    "qrel": ({"q_release_early": True, "o_buffer": True, "q_prefetch": False}, (64, 128)),
+    "qrel": ({"q_release_early": True, "o_buffer": True, "q_prefetch": False,
+              "q_per_warpgroup": False, "num_stages": 2}, (64, 128)),
     # hdim 64 causal's row before q_release_early was adopted (device run 66)
     "no_qrel": ({"q_release_early": False}, (64,)),
-    # session 13 candidates, not yet run on a GPU: per-warpgroup Q boxes and barriers on the
-    # hdim 64 rows (non-causal: o_buf3's row), with 2 and 3 K / V stages (with 3 the next tile's
-    # first block can load one block earlier)
+    # session 13 candidates: per-warpgroup Q boxes and barriers on the hdim 64 rows
+    # (non-causal: o_buf3's row), with 2 and 3 K / V stages (with 3 the next tile's first block
+    # can load one block earlier). Device run 71 (tile cycles against the rows of then): causal
+    # 1k / 2k / 4k qw +0.6 / +5.6 / +5.4%, qw3 -2.4 / -0.1 / +1.7% (the warpgroups drift apart:
+    # the wg1-wg0 skew doubles, and the shared K / V ring paces the leader); non-causal 1k / 2k
+    # qw -1.0 / -2.7%, qw3 -1.7 / -3.0%: qw3 became the non-causal row (the causal row keeps
+    # one Q tile)
     "qw": ({"q_per_warpgroup": True, "q_release_early": True, "o_buffer": True,
-            "q_prefetch": False}, (64,)),
+            "q_prefetch": False, "num_stages": 2}, (64,)),
     "qw3": ({"q_per_warpgroup": True, "q_release_early": True, "o_buffer": True,
              "q_prefetch": False, "num_stages": 3}, (64,)),
+    # hdim 64 non-causal's row before qw3 was adopted (session 14): one Q tile for the three
+    # warpgroups, the next tile's Q prefetched into a second buffer (non-causal only)
+    "no_qw": ({"q_per_warpgroup": False, "q_release_early": False, "o_buffer": False,
+               "q_prefetch": True, "num_stages": 2}, (64,)),
     # session 11: the K / V stages released through named barriers (kv_release_nb). The SASS of
     # the hdim 128 causal row against FA3's (helper comparison, RESULTS.md run 52): the steady
     # loop executes the same instructions per key block (466 against 469), but ours has three
@@ -554,7 +572,7 @@ VARIANTS = {
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
-            "qw3",
+            "qw3", "no_qw",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw"}
 
 
