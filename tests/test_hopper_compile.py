@@ -107,16 +107,21 @@ CASES = [
     (128, True, {"variant": "nbr"}),
     # session 13: Q released after each warpgroup's last QK^T (q_release_early), adopted in the
     # hdim 64 causal row (device run 66); the row before it, and the candidate at hdim 64
-    # non-causal (hdim 128 causal spills 4 B with it: not a case here)
+    # non-causal and hdim 128 (causal: 0 spills since session 14)
     (64, True, {"variant": "no_qrel"}),
     (64, False, {"variant": "qrel"}),
     (128, False, {"variant": "qrel"}),
+    (128, True, {"variant": "qrel"}),   # 0 spills since session 14 (the rows' opaque move)
     # session 13 candidates, not yet run on a GPU: per-warpgroup Q boxes and barriers
     (64, True, {"variant": "qw"}),
     (64, True, {"variant": "qw3"}),
     (64, False, {"variant": "qw"}),
-    # session 14: qw3 adopted in the hdim 64 non-causal row (device run 71); the row before it
+    # session 14: qw3 adopted in the hdim 64 non-causal row (device run 71); the row before it;
+    # then skip_empty joined that row (device run 74): qw3 is the row of runs 72-73
     (64, False, {"variant": "no_qw"}),
+    (64, False, {"variant": "qw3"}),
+    # session 14 candidate, not yet run on a GPU: per-warpgroup Q with 4 K / V stages
+    (64, True, {"variant": "qw4"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -173,7 +178,12 @@ VERIFIED_SASS = {
     # qw3, device run 71); GPU grid 775 passed and 1 failed out of memory (an hdim 256 case, as
     # in run 68), memcheck 0, synccheck 0, racecheck on the three work-item slots and the
     # hand-off bytes only, in device run 72 (RESULTS.md)
-    (64, False, ()): "b195aec11507a7b582862f8af03af2cae202c612",
+    # (the row of runs 72-73, now variant qw3)
+    (64, False, (("variant", "qw3"),)): "b195aec11507a7b582862f8af03af2cae202c612",
+    # skip_empty joined the hdim 64 non-causal row (device run 74); GPU grid 776 passed, memcheck
+    # 0, synccheck 0, racecheck on the three work-item slots and the hand-off bytes only, in
+    # device runs 75-76 (RESULTS.md)
+    (64, False, ()): "583d1c0f50743c55115b0cfc0f6b62ef89666282",
     # (the causal rows of device runs 7-12 used the dynamic scheduler, whose code changed with
     # the batch * heads argument after run 13: their digests are no longer pinned)
 }
@@ -895,8 +905,8 @@ def test_q_release_early(reports):
                                                              old["ptx_mbar_arrive"])
     assert row["sass_counts"]["HGMMA"] == old["sass_counts"]["HGMMA"]
     assert row["spill_stores"] == 0
-    for d in (64, 128):
-        cand = by_case[(d, False, json.dumps({"variant": "qrel"}))]
+    for d, c in ((64, False), (128, False), (128, True)):
+        cand = by_case[(d, c, json.dumps({"variant": "qrel"}))]
         assert cand["config"]["q_release_early"] and cand["spill_stores"] == 0
     assert by_case[(128, False, json.dumps({"variant": "qrel"}))]["ptx_mbar_arrive"] > by_case[
         (128, False, json.dumps({}))]["ptx_mbar_arrive"]
@@ -916,20 +926,21 @@ def test_q_per_warpgroup(reports):
     refused outside the three-consumer dynamic rows with O's own boxes."""
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}
-    for causal, name, base in ((True, "qw", {}), (True, "qw3", {}),
+    for causal, name, base in ((True, "qw", {}), (True, "qw3", {}), (True, "qw4", {}),
                                (False, "qw", {"variant": "o_buf3"}),
                                (False, None, {"variant": "o_buf3"})):
         qw = by_case[(64, causal, json.dumps({"variant": name} if name else {}))]
         row = by_case[(64, causal, json.dumps(base))]
         assert qw["config"]["q_per_warpgroup"] and qw["config"]["q_release_early"]
         # q_bar and q_empty: three each instead of one; qw3's third K / V stage: four more
-        assert qw["ptx_mbar_init"] == row["ptx_mbar_init"] + 4 + 4 * (name != "qw"), (
+        stages = {"qw": 2, "qw4": 4}.get(name, 3) - 2   # K / V stages beyond 2: 4 barriers each
+        assert qw["ptx_mbar_init"] == row["ptx_mbar_init"] + 4 + 4 * stages, (
             qw["ptx_mbar_init"], row["ptx_mbar_init"])
         assert qw["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
         assert qw["spill_stores"] == 0 and qw["spill_loads"] == 0
     assert [(d, c) for d in (64, 128, 256) for c in (0, 1)
             if H.get_config(d, c).q_per_warpgroup] == [(64, 0)]
-    assert H.get_config(64, False) == H.variant_config("qw3", 64, False)
+    assert H.get_config(64, False) == H.variant_config("qw3", 64, False, skip_empty_wg=True)
     assert H.variant_config("no_qw", 64, False).q_prefetch
     for bad in (dict(q_prefetch=True, o_buffer=False, q_release_early=False),
                 dict(o_buffer=False, q_release_early=False),

@@ -263,13 +263,17 @@ CONFIGS = {
     # (+22/+10/+11/+8/+3/+2%).
     # Per-warpgroup Q boxes, work items and barriers with 3 K / V stages (q_per_warpgroup,
     # variant qw3, session 14; Q released after each warpgroup's last QK^T, O in its own boxes,
-    # no Q prefetch): device run 71 (stamps: each SM's busy cycles; rotated rounds, 5): tile
-    # cycles -1.7 / -3.0% at 1k / 2k (qw with 2 stages: -1.0 / -2.7%). The previous row is
-    # variant no_qw.
+    # no Q prefetch): device runs 71-72 (stamps; rotated rounds, 5): each SM's busy cycles
+    # -4.5 / -3.2 / -4.4 / -5.0 / -5.8% at 512 / 1k / 4k / 8k / 16k against the row before
+    # (variant no_qw). Then the empty warpgroups of the last m-tile skip their blocks (variant
+    # skip_empty: with per-warpgroup Q they move on to the next tile), device run 74: busy
+    # cycles -5.1 / -4.2 / -1.9%, time +4.8 / +8.2 / +0.2% at 512 / 1k / 2k; the row before it
+    # (runs 72-73) is variant qw3.
     (64, False): _base(64, block_m=192, block_n=128, num_stages=3, num_consumers=3,
                        consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
                        persistent=True, tma_store=True, split_loops=True, q_prefetch=False,
-                       o_buffer=True, scheduler=1, q_per_warpgroup=True, q_release_early=True),
+                       o_buffer=True, scheduler=1, q_per_warpgroup=True, q_release_early=True,
+                       skip_empty_wg=True),
     # 3 warpgroups x 64 rows, BLOCK_N 128, dynamic longest-first persistent scheduler, TMA store,
     # per-warpgroup causal bounds (variant d64_3wg_n128_pdyn_wgb), device run 7: causal
     # s=1k/2k/4k/8k 259/362/415/463 vs the previous row (v3+FFMA) 213/295/363/409
@@ -447,11 +451,12 @@ VARIANTS = {
     # over no_qpf, grid and diagnosis passed causal and not; causal -5..-8% at 1k-8k: not there.
     # (since session 14 with q_per_warpgroup off and 2 stages: the rows of their measurements)
     "qpf": ({"q_prefetch": True, "o_buffer": False, "scheduler": 1, "q_release_early": False,
-             "q_per_warpgroup": False, "num_stages": 2},
+             "q_per_warpgroup": False, "num_stages": 2, "non_causal": {"skip_empty_wg": False}},
             (128, 64)),
     # hdim 64 non-causal's row before run 19 (static persistent order, one Q buffer)
     "no_qpf": ({"q_prefetch": False, "scheduler": 0, "q_release_early": False,
-                "q_per_warpgroup": False, "num_stages": 2, "o_buffer": False}, (64,)),
+                "q_per_warpgroup": False, "num_stages": 2, "o_buffer": False,
+                "non_causal": {"skip_empty_wg": False}}, (64,)),
     # session 10: pingpong on the shipped (persistent) rows at hdim 128 / 256. FA3 orders its two
     # consumer warpgroups' GEMMs (scheduler barriers) together with the intra-warpgroup overlap
     # at hdim 128; our pingpong was measured flat only on the non-persistent v3 rows (runs 2-5).
@@ -490,7 +495,8 @@ VARIANTS = {
     # tile; the d64_pdyn_tmao tiles, with O's own tile, 385. On the non-causal row it replaces
     # the Q prefetch (gap 295 there already)
     "o_buf3": ({"o_buffer": True, "q_prefetch": False, "q_per_warpgroup": False,
-                "num_stages": 2, "q_release_early": False}, (64,)),
+                "num_stages": 2, "q_release_early": False,
+                "non_causal": {"skip_empty_wg": False}}, (64,)),
     # the rows before session 11's adoptions (device run 48): hdim 256 non-causal without o_half,
     # hdim 64 causal without o_buffer
     "no_o_half": ({"o_half": False}, (256,)),
@@ -510,9 +516,13 @@ VARIANTS = {
     "s3_64": ({"num_stages": 3}, (64,)),
     # session 13: Q released after each warpgroup's last QK^T (q_release_early) on the rows
     # whose O has its own buffer (hdim 64: o_buf3's boxes; non-causal: o_buf3's row, the Q
-    # prefetch off; hdim 128: before the last softmax instead of after it)
+    # prefetch off; hdim 128: before the last softmax instead of after it). Device run 67: hdim
+    # 128 causal 1k -3.1% cycles, flat from 2k, but 4 B spilled; since session 14 the rows go
+    # through an opaque move per tile there (_consumer) and it compiles without spills (not yet
+    # timed in that form)
     "qrel": ({"q_release_early": True, "o_buffer": True, "q_prefetch": False,
-              "q_per_warpgroup": False, "num_stages": 2}, (64, 128)),
+              "q_per_warpgroup": False, "num_stages": 2, "non_causal": {"skip_empty_wg": False}},
+             (64, 128)),
     # hdim 64 causal's row before q_release_early was adopted (device run 66)
     "no_qrel": ({"q_release_early": False}, (64,)),
     # session 13 candidates: per-warpgroup Q boxes and barriers on the hdim 64 rows
@@ -523,13 +533,18 @@ VARIANTS = {
     # qw -1.0 / -2.7%, qw3 -1.7 / -3.0%: qw3 became the non-causal row (the causal row keeps
     # one Q tile)
     "qw": ({"q_per_warpgroup": True, "q_release_early": True, "o_buffer": True,
-            "q_prefetch": False, "num_stages": 2}, (64,)),
+            "q_prefetch": False, "num_stages": 2, "non_causal": {"skip_empty_wg": False}}, (64,)),
     "qw3": ({"q_per_warpgroup": True, "q_release_early": True, "o_buffer": True,
-             "q_prefetch": False, "num_stages": 3}, (64,)),
+             "q_prefetch": False, "num_stages": 3, "non_causal": {"skip_empty_wg": False}},
+            (64,)),
+    # session 14 candidates, not yet run on a GPU: per-warpgroup Q with 4 K / V stages (causal:
+    # run 71 showed the leading warpgroup held by the 2-3 stage ring; non-causal: the row + 1)
+    "qw4": ({"q_per_warpgroup": True, "q_release_early": True, "o_buffer": True,
+             "q_prefetch": False, "num_stages": 4}, (64,)),
     # hdim 64 non-causal's row before qw3 was adopted (session 14): one Q tile for the three
     # warpgroups, the next tile's Q prefetched into a second buffer (non-causal only)
     "no_qw": ({"q_per_warpgroup": False, "q_release_early": False, "o_buffer": False,
-               "q_prefetch": True, "num_stages": 2}, (64,)),
+               "q_prefetch": True, "num_stages": 2, "skip_empty_wg": False}, (64,)),
     # session 11: the K / V stages released through named barriers (kv_release_nb). The SASS of
     # the hdim 128 causal row against FA3's (helper comparison, RESULTS.md run 52): the steady
     # loop executes the same instructions per key block (466 against 469), but ours has three
@@ -572,7 +587,7 @@ VARIANTS = {
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
-            "qw3", "no_qw",
+            "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw"}
 
 
@@ -597,7 +612,13 @@ def variant_config(name: str, head_dim: int, causal: bool = False, **overrides) 
     if name == "default":
         return get_config(head_dim, causal, **overrides)
     if name in ON_TABLE:
-        return get_config(head_dim, causal, **{**VARIANTS[name][0], **overrides})
+        over = dict(VARIANTS[name][0])
+        # "non_causal": overrides for the non-causal row only (a variant measured on a row that
+        # has since changed in one direction)
+        nc = over.pop("non_causal", {})
+        if not causal:
+            over.update(nc)
+        return get_config(head_dim, causal, **{**over, **overrides})
     return base_config(head_dim, **{**VARIANTS[name][0], **overrides})
 
 
@@ -1074,6 +1095,13 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     else:
         q = q_smem.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
     rows = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_s)
+    if DIAG & 128:
+        if HEAD_DIM == 128:
+            # q_release_early at hdim 128 (session 14): the row indices through an opaque move,
+            # once per tile. Without it LLVM hoists a per-thread constant of the causal mask's
+            # limit to the kernel's entry and ptxas spills it (4 B, reloaded per tile)
+            rows = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [rows], dtype=gl.int32,
+                                             is_pure=False, pack=1)
 
     m_i = gl.full([M_WG], float("-inf"), gl.float32, layout=row_s)
     l_i = gl.zeros([M_WG], gl.float32, layout=row_s)
