@@ -48,6 +48,8 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (128, False, "no_ldsm"),     # the 128-key rows without the ldsm transpose (run 15)
     (256, True, "no_ldsm"),
     (256, False, "split"),       # session-8 candidate (not adopted): one-warp loader, 2-warp transposer
+    (256, False, "vp"),          # session-14 candidate: V^T rows permuted (v_perm)
+    (128, True, "vp256c"),       # the same on the persistent 256-key causal row
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -108,6 +110,13 @@ for d, causal, variant in json.loads(sys.argv[1]):
     r["loop_prmt"] = steady_loop_prmt(sc["sass"]) if cfg.overlap else None
     r["local_in_loops"] = fi.local_memory_in_loops(sc["sass"])
     r["named_bar_10_11"] = len(re.findall(r"bar\.(?:sync|arrive) 1[01], 256", ptx))
+    # the layouts of the V^T stores (64 head-dim rows x 32 words of 4 keys): lane bases
+    ttgir = k.asm["ttgir"]
+    defs = dict(re.findall(r"^(#linear\d+) = #ttg\.linear<\{(.*)\}>", ttgir, re.M))
+    r["vt_store_lane_bases"] = sorted({
+        json.dumps(json.loads("[" + re.search(r"lane = (\[.*?\]\])", defs[m]).group(1) + "]")[0])
+        for m in re.findall(r"ttg\.local_store %\S+, %\S+ : tensor<64x32xi32, (#linear\d+)>",
+                            ttgir)})
     out.append(r)
 print("REPORTS=" + json.dumps(out))
 """
@@ -560,6 +569,38 @@ def test_ldsm_transpose_uses_transposing_loads(reports):
         else:
             assert n_ld == 0
     assert compared >= 2
+
+
+def _bank_groups_per_matrix(lane_bases):
+    """Distinct 16-byte bank groups hit by one 8x8 stmatrix matrix of a V^T store: its 8 rows come
+    from lane bits 2-4 (lanes 4r..4r+3 hold row r, lane bits 0-1 the row's 4 words), and under the
+    128-byte swizzle a row's 16-byte chunk is XORed with row % 8, so the groups are the span of
+    the three rows' low bits."""
+    rows = [lane_bases[i][0] % 8 for i in (2, 3, 4)]
+    return len({(a * rows[0]) ^ (b * rows[1]) ^ (c * rows[2])
+                for a in (0, 1) for b in (0, 1) for c in (0, 1)})
+
+
+def test_v_perm_makes_the_transpose_stores_conflict_free(reports):
+    """v_perm (session 14): V^T row sigma(d) holds head-dim column d, sigma swapping bits 0 and 3.
+    In the compiled store layout each stmatrix matrix then writes 8 rows in 8 bank groups, where
+    the rows' layout writes 8 rows in 4 (2-way conflicts: run 24's profile counted 2x the ideal
+    wavefronts of these stores). The same loads, stores, permutes and GEMMs as the row, no
+    spills; the row's own stores are unchanged."""
+    by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
+    for vp, row in (((256, False, "vp"), (256, False, None)),
+                    ((128, True, "vp256c"), (128, True, None))):
+        a, b = by[vp], by[row]
+        assert a["config"]["v_perm"] and not b["config"]["v_perm"]
+        assert b["vt_store_lane_bases"] and a["vt_store_lane_bases"]
+        assert all(_bank_groups_per_matrix(json.loads(x)) == 4 for x in b["vt_store_lane_bases"])
+        assert all(_bank_groups_per_matrix(json.loads(x)) == 8 for x in a["vt_store_lane_bases"])
+        for key in ("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "stmatrix", "prmt.b32",
+                    "wgmma.mma_async"):
+            assert a["ptx_counts"][key] == b["ptx_counts"][key], key
+        assert a["spill_stores"] == 0
+    with pytest.raises(ValueError, match="v_perm"):
+        F.compile_sm90(256, False, F.get_config(256, False, v_perm=True, ldsm_transpose=False))
 
 
 def test_unpack_prmt_keeps_wgmma_asynchronous(report):

@@ -152,6 +152,12 @@ class Fp8FwdConfig:
     # --- session-6 candidate (fp8_log.md, end of session 6), off until measured on a GPU ---
     causal_mask_only: bool = False  # causal: the mask without the implied key < seqlen_k test
                                     # (kernel CAUSAL == 2; the same stored results)
+    # --- session-14 candidate (fp8_log.md, session 14), off until measured on a GPU ---
+    v_perm: bool = False   # ldsm_transpose: V^T row sigma(d) holds head-dim column d (sigma swaps
+                           # bits 0 and 3 of d), so that each stmatrix writes 8 rows in 8
+                           # different bank groups (run 24: 2-way conflicts, 2x the ideal
+                           # wavefronts); O's columns come out permuted the same way and are
+                           # put back by a register relabel before the epilogue (FA3's trick)
     # --- timing diagnostic (session 7), WRONG RESULTS: forward() runs it only with _diagnostic ---
     diag_no_transpose: bool = False  # the producer skips the V transpose (V^T left stale): how
                                      # much of the time the transpose's issue slots cost
@@ -189,7 +195,8 @@ class Fp8FwdConfig:
 # Key tiles (block_n) are 128 or 256 keys: powers of two, as quantisation blocks are (k and v carry
 # one scale per key tile; a tensor quantised with 256-row blocks also runs on a 128-key tile, its
 # scales repeated: QuantizedTensor.reblocked). FA3 FP8 uses 192x160 (hdim 64), 128x224 (128,
-# non-causal; 128x128 causal), 128x128 (256). Registers (ptxas, CPU compile): with the producer at
+# causal and non-causal: its FP8 tile sizes do not depend on causal; read in its tile_size.h,
+# session 14), 128x128 (256). Registers (ptxas, CPU compile): with the producer at
 # 32 registers the default partition (consumer wg0) gets 232 = 168 * 3 - 240 - 32; at 24 the
 # producer's transpose spills. hdim 256 with overlap spills ~130 registers per thread in each
 # consumer (O 128 + S 64 + P 16 + state > 232), so hdim 256 runs without overlap (0 spills); a
@@ -414,6 +421,16 @@ VARIANTS = {
     # 32-bit compares with immediates, 1 per score (the rows: a 64-bit compare, 2 ISETP, and
     # 0.5 LOP3 per score). hdim 128 causal masked block 1275 -> 1080 instructions (unmasked 815).
     # Not yet run on a GPU; on the 256-key causal rows (ms256c) and hdim 256's rows (ms)
+    # session 14 (fp8_log.md): V^T rows permuted (v_perm) so that the transpose's stmatrix
+    # stores are free of bank conflicts (run 24: 2x the ideal wavefronts; FA3: none), O's columns
+    # put back in the epilogue; on the hdim 256 rows (vp) and hdim 128's 256-key rows (vp256n:
+    # non-causal, vp256c: causal). Not yet run on a GPU
+    "vp": ({"v_perm": True}, (256,)),
+    "vp256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                "v_perm": True}, (128,)),
+    "vp256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                "causal_mask_only": True, "persistent": True, "early_q": True,
+                "sched_table": True, "v_perm": True}, (128,)),
     "ms": ({"mask_split": True}, (256,)),
     "ms256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
@@ -588,7 +605,7 @@ def _bytes4(e0, e1, e2, e3):
 
 
 @gluon.jit
-def _transpose_v_ldsm(src, dst):
+def _transpose_v_ldsm(src, dst, PERM: gl.constexpr = False):
     """As _transpose_v (dst[d, k'] = src[pi(k'), d] for one (128 keys, 64 columns) chunk), FA3's
     way: the chunk read as 16-bit pairs (128 keys, 32 pairs) into the B-operand layout of an
     m16n8k16 MMA, which Triton loads with ldmatrix.trans (4 x4 loads per thread, CPU compile:
@@ -613,7 +630,17 @@ def _transpose_v_ldsm(src, dst):
     e0, e1 = gl.split(y_b3_0)                                  # byte positions 0, 1
     e2, e3 = gl.split(y_b3_1)                                  # byte positions 2, 3
     lo, hi = _bytes4(e0, e1, e2, e3)                           # words of columns 2p, 2p + 1
-    w = gl.join(lo, hi).permute((3, 4, 0, 1, 2)).reshape([64, 32])  # (d, word = 4 k_hi + 2 b2 + b1)
+    if PERM:
+        # v_perm: row sigma(d) for column d = 2p + x = 16 ph + 8 p2 + 2 p01 + x, i.e. row
+        # 16 ph + 8 x + 2 p01 + p2 (bits 0 and 3 of d swapped). A stmatrix 8x8 matrix takes its
+        # rows from the 8 lane quads of one register, whose d are x + 2 * (0..7): 4 bank groups
+        # under the 128-byte swizzle (row % 8 picks the 16-byte chunk), 8 once x and p2 trade
+        # places; only registers are relabelled (x and p2 are register bits here)
+        j = gl.join(lo, hi).reshape([8, 2, 2, 4, 2, 4, 2])     # (k_hi, b2, b1, ph, p2, p01, x)
+        w = j.permute((3, 6, 5, 4, 0, 1, 2)).reshape([64, 32])  # (sigma(d), word)
+    else:
+        w = gl.join(lo, hi).permute((3, 4, 0, 1, 2)).reshape([64, 32])  # (d, word = 4 k_hi +
+        #                                                                  2 b2 + b1)
     dst._reinterpret(gl.int32, [64, 32], l32).store(w)
 
 
@@ -654,8 +681,8 @@ def _transpose_block(vs_smem, vt_smem, vs, s, NKC: gl.constexpr, NCH: gl.constex
         vt = vt_smem.index(s * NKC + kc)
         for c in gl.static_range(NCH):
             src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
-            if LDSM_T:
-                _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0))
+            if LDSM_T:   # 3: v_perm
+                _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0), LDSM_T == 3)
             else:
                 _transpose_v(src, vt.slice(c * 64, 64, dim=0))
 
@@ -1221,6 +1248,13 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     l_o = gl.convert_layout(l_i, row_o)
     l_safe = gl.where(l_o == 0.0, 1.0, l_o)
     out = acc * gl.expand_dims(v_unit / l_safe, 1)
+    if FMA & 4:
+        # v_perm: acc column c holds head-dim column sigma(c) (sigma swaps bits 0 and 3; it is
+        # its own inverse). In the accumulator layout a thread holds columns 16 i + 8 i0 +
+        # 2 (lane % 4) + e, so bits 0 (e) and 3 (i0) are both register bits: a relabel of this
+        # thread's registers
+        out = out.reshape([M_WG, HEAD_DIM // 16, 2, 4, 2]).permute((0, 1, 4, 3, 2))
+        out = gl.convert_layout(out.reshape([M_WG, HEAD_DIM]), o_layout)
     lse = gl.where(l_i == 0.0, float("-inf"),
                    (m_i + gl.log2(l_i) - 8.0) * 0.6931471805599453)  # ln(l / 256) + m
 
@@ -1789,7 +1823,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             cx["LPT"] = False
             grid = (batch * heads * num_m_tiles,)
     if cx["SOFTMAX_FMA"] & 1 and not scale > 0:   # the raw-score max needs a positive scale
-        cx["SOFTMAX_FMA"] = 2 if cx["SOFTMAX_FMA"] & 2 else False
+        cx["SOFTMAX_FMA"] = cx["SOFTMAX_FMA"] & 6 or False
     if cx["SCHED"]:
         sched = tile_schedule(batch * heads, heads // kv_heads, seqlen_q, seqlen_k, head_dim,
                               cfg.block_m, cfg.block_n, cfg.l2_section_kb, grid[0], dev)
@@ -1835,18 +1869,30 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
         raise ValueError("split_producer needs ldsm_transpose=True, persistent=False and "
                          "diag_no_transpose=False (its transposer is the ldmatrix one, on two "
                          "warps; the persistent loop keeps the one-warpgroup producer)")
+    if cfg.v_perm and not (cfg.ldsm_transpose and not cfg.diag_no_transpose
+                           and not cfg.split_producer):
+        raise ValueError("v_perm needs ldsm_transpose=True, diag_no_transpose=False and "
+                         "split_producer=False (it permutes the one-warpgroup producer's "
+                         "ldmatrix transpose)")
     causal_cx = 2 if causal and cfg.causal_mask_only else bool(causal)   # 2: causal_mask_only
     return dict(CAUSAL=causal_cx, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
                 NUM_STAGES=cfg.num_stages, V_STAGES=cfg.v_stages, OVERLAP=cfg.overlap,
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                 PREFETCH=cfg.prefetch_scales,
-                SOFTMAX_FMA=(int(cfg.softmax_fma) | 2) if cfg.mask_split else cfg.softmax_fma,
+                SOFTMAX_FMA=_fma_bits(cfg),
                 PACK_P=(2 if cfg.pack_p and cfg.unpack_prmt else cfg.pack_p),
                 PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent,
-                LDSM_T=2 if cfg.diag_no_transpose else cfg.ldsm_transpose,
+                LDSM_T=2 if cfg.diag_no_transpose else (3 if cfg.v_perm else cfg.ldsm_transpose),
                 LPT=bool(cfg.lpt_order and causal and not cfg.persistent),
                 SPLIT=cfg.split_producer, STAMPS=cfg.diag_stamps,
                 EARLY_Q=cfg.early_q, SCHED=bool(cfg.sched_table and causal))
+
+
+def _fma_bits(cfg: Fp8FwdConfig):
+    """The kernel's SOFTMAX_FMA: bit 0 softmax_fma, bit 1 mask_split, bit 2 v_perm (O's columns
+    put back in the epilogue); the rows without the later bits keep their earlier value."""
+    bits = (int(cfg.softmax_fma) | 2) if cfg.mask_split else cfg.softmax_fma
+    return int(bits) | 4 if cfg.v_perm else bits
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
