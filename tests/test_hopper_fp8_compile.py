@@ -571,6 +571,44 @@ def test_ldsm_transpose_uses_transposing_loads(reports):
     assert compared >= 2
 
 
+def test_v_perm_index_algebra():
+    """The reshapes / permutes of _transpose_v_ldsm replayed on integers (Gluon's reshape, permute,
+    split and join are numpy's; _bytes4's two prmt as bytes): without v_perm V^T[d, k'] =
+    V[pi(k'), d], with it V^T[sigma(d), k'] = V[pi(k'), d]; and the epilogue's relabel gives
+    out[:, n] = acc[:, sigma(n)], so O comes back in head-dim order (sigma is an involution)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    v = rng.integers(0, 256, size=(128, 64), dtype=np.int64)   # e4m3 bytes (keys, columns)
+    y = v[:, 0::2] | (v[:, 1::2] << 8)                           # the int16 pairs' view
+
+    def vt_of(perm):
+        t = y.reshape([8, 2, 2, 2, 2, 32]).transpose((0, 2, 3, 5, 1, 4))
+        t = t.reshape([8, 2, 2, 32, 2, 2]).transpose((0, 1, 2, 3, 5, 4))
+        y_b3_0, y_b3_1 = t[..., 0], t[..., 1]           # gl.split: the last dimension
+        e0, e1, e2, e3 = y_b3_0[..., 0], y_b3_0[..., 1], y_b3_1[..., 0], y_b3_1[..., 1]
+        r01, r23 = e0 | (e1 << 16), e2 | (e3 << 16)
+
+        def byte(x, i):
+            return (x >> (8 * i)) & 0xFF
+        lo = byte(r01, 0) | byte(r01, 2) << 8 | byte(r23, 0) << 16 | byte(r23, 2) << 24  # 0x6420
+        hi = byte(r01, 1) | byte(r01, 3) << 8 | byte(r23, 1) << 16 | byte(r23, 3) << 24  # 0x7531
+        j = np.stack([lo, hi], axis=-1)
+        if perm:
+            w = j.reshape([8, 2, 2, 4, 2, 4, 2]).transpose((3, 6, 5, 4, 0, 1, 2)).reshape([64, 32])
+        else:
+            w = j.transpose((3, 4, 0, 1, 2)).reshape([64, 32])
+        return np.stack([(w >> (8 * b)) & 0xFF for b in range(4)], axis=-1).reshape(64, 128)
+
+    pi = _key_perm_p(torch.arange(128, dtype=torch.float64)[None])[0].long().numpy()
+    sigma = np.array([(d & ~9) | ((d & 1) << 3) | ((d >> 3) & 1) for d in range(256)])
+    assert np.array_equal(vt_of(False), v[pi].T)
+    assert np.array_equal(vt_of(True)[sigma[:64]], v[pi].T)
+    assert not np.array_equal(vt_of(True), vt_of(False))
+    acc = rng.standard_normal((4, 256))
+    out = acc.reshape([4, 16, 2, 4, 2]).transpose((0, 1, 4, 3, 2)).reshape([4, 256])
+    assert np.array_equal(out, acc[:, sigma])
+
+
 def _bank_groups_per_matrix(lane_bases):
     """Distinct 16-byte bank groups hit by one 8x8 stmatrix matrix of a V^T store: its 8 rows come
     from lane bits 2-4 (lanes 4r..4r+3 hold row r, lane bits 0-1 the row's 4 words), and under the
