@@ -50,6 +50,7 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (256, False, "split"),       # session-8 candidate (not adopted): one-warp loader, 2-warp transposer
     (256, False, "vp"),          # session-14 candidate: V^T rows permuted (v_perm)
     (128, True, "vp256c"),       # the same on the persistent 256-key causal row
+    (256, True, "vpo"),          # session-14 candidate: v_perm + O through the staging ring (o_tma)
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -109,6 +110,7 @@ for d, causal, variant in json.loads(sys.argv[1]):
     r["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
     r["loop_prmt"] = steady_loop_prmt(sc["sass"]) if cfg.overlap else None
     r["local_in_loops"] = fi.local_memory_in_loops(sc["sass"])
+    r["stg_o"] = len(re.findall(r"\bSTG\.E\.U16\b", sc["sass"]))   # O's pointer stores (CPU form)
     r["named_bar_10_11"] = len(re.findall(r"bar\.(?:sync|arrive) 1[01], 256", ptx))
     # the layouts of the V^T stores (64 head-dim rows x 32 words of 4 keys): lane bases
     ttgir = k.asm["ttgir"]
@@ -474,6 +476,12 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     assert math.isclose(args["qk_scale"], 0.1 * 1.4426950408889634)
     assert seen["kwargs"]["CAUSAL"] is True and seen["kwargs"]["HEAD_DIM"] == 128
     assert seen["kwargs"]["PERSISTENT"] is False
+    assert seen["kwargs"]["o_desc"] is None
+    # o_tma: O's descriptor, boxes of one warpgroup's rows
+    F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, True, 128, o_tma=True))
+    assert seen["kwargs"]["o_desc"].block_shape == [1, 64, 1, 128]
+    out_arg = seen["args"][names.index("out_ptr")]
+    assert seen["kwargs"]["o_desc"].base.data_ptr() == out_arg.data_ptr()
     # persistent: one program per SM at most (a CPU tensor counts 132), walking the 24 tiles
     F.forward(qq, kq, vq, True, 0.1, config=F.get_config(128, False, 128, persistent=True))
     assert seen["grid"] == (24,) and seen["kwargs"]["PERSISTENT"] is True
@@ -639,6 +647,23 @@ def test_v_perm_makes_the_transpose_stores_conflict_free(reports):
         assert a["spill_stores"] == 0
     with pytest.raises(ValueError, match="v_perm"):
         F.compile_sm90(256, False, F.get_config(256, False, v_perm=True, ldsm_transpose=False))
+
+
+def test_o_tma_stores_o_through_the_staging_ring(reports):
+    """o_tma (session 14): each consumer warpgroup writes its O into the V staging ring (stmatrix)
+    and sends it with one TMA store, where the row stores through pointers; the same shared
+    memory (the ring is reused), no spills; refused where a program runs several tiles (the
+    ring is reloaded for the next one) or with the split producer."""
+    by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
+    a, row = by[(256, True, "vpo")], by[(256, True, None)]
+    assert a["config"]["o_tma"] and a["config"]["v_perm"]
+    assert row["sass_counts"]["UTMASTG"] == 0 and row["stg_o"] > 0
+    assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0
+    assert a["ptx_counts"]["stmatrix"] > row["ptx_counts"]["stmatrix"]
+    assert a["shared_bytes"] == row["shared_bytes"] and a["spill_stores"] == 0
+    for bad in (dict(persistent=True), dict(split_producer=True), dict(v_stages=1)):
+        with pytest.raises(ValueError, match="o_tma"):
+            F.compile_sm90(256, False, F.get_config(256, False, o_tma=True, **bad))
 
 
 def test_unpack_prmt_keeps_wgmma_asynchronous(report):

@@ -158,6 +158,11 @@ class Fp8FwdConfig:
                            # different bank groups (run 24: 2-way conflicts, 2x the ideal
                            # wavefronts); O's columns come out permuted the same way and are
                            # put back by a register relabel before the epilogue (FA3's trick)
+    o_tma: bool = False    # one-tile rows: each consumer warpgroup writes its O (bf16) into V
+                           # staging slot WG (free once its last V^T is published: no loads
+                           # follow in a one-tile program) and sends it out with one TMA store,
+                           # instead of 4-byte pointer stores (~4.8k cycles per hdim 256 tile,
+                           # run 35)
     # --- timing diagnostic (session 7), WRONG RESULTS: forward() runs it only with _diagnostic ---
     diag_no_transpose: bool = False  # the producer skips the V transpose (V^T left stale): how
                                      # much of the time the transpose's issue slots cost
@@ -426,6 +431,12 @@ VARIANTS = {
     # put back in the epilogue; on the hdim 256 rows (vp) and hdim 128's 256-key rows (vp256n:
     # non-causal, vp256c: causal). Not yet run on a GPU
     "vp": ({"v_perm": True}, (256,)),
+    # session 14: O through the V staging ring and one TMA store (o_tma) on the one-tile rows
+    # (hdim 256; hdim 128's non-causal 256-key row: ot256n), and with v_perm (vpo)
+    "ot": ({"o_tma": True}, (256,)),
+    "vpo": ({"v_perm": True, "o_tma": True}, (256,)),
+    "ot256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                "o_tma": True}, (128,)),
     "vp256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "v_perm": True}, (128,)),
     "vp256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
@@ -1069,7 +1080,7 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
               tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False,
               LPT: gl.constexpr = False, STAMPS: gl.constexpr = False,
-              EARLY_Q: gl.constexpr = False):
+              EARLY_Q: gl.constexpr = False, o_desc=None, vs_smem=None):
     """One tile of one consumer warpgroup. PERSISTENT: the tile `tile`, with the K / V^T rings at
     kv_base and Q's phase q_phase; Q is released (q_empty) after the tile's last QK^T, and the
     pingpong turns run on from the previous tile (the caller opened the first one)."""
@@ -1258,12 +1269,28 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     lse = gl.where(l_i == 0.0, float("-inf"),
                    (m_i + gl.log2(l_i) - 8.0) * 0.6931471805599453)  # ln(l / 256) + m
 
-    rows_o = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_o)
-    cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    row_off = ((b.to(gl.int64) * seqlen_q + rows_o) * heads + h) * HEAD_DIM
-    o_ptrs = out_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(cols_o, 0)
-    o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < HEAD_DIM, 0)
-    gl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
+    if o_desc is not None:
+        # o_tma: this warpgroup's O through the V staging ring (O tile WG of it: 32 KB at hdim
+        # 256, half of the ring), then one TMA store; the copy engine clips rows past seqlen_q.
+        # The ring is free: this warpgroup waited for its last block's V^T, published after the
+        # producer's last read of the ring, and a one-tile program loads nothing after it (with
+        # no key block nothing was loaded at all)
+        # the ring (boxes of 128 x 64 e4m3, 8 KB) seen as O tiles of M_WG x HEAD_DIM x 2 bytes
+        N_O: gl.constexpr = vs_smem.shape[0] * 8192 // (M_WG * HEAD_DIM * 2)
+        o_stage = vs_smem._reinterpret(o_desc.dtype, [N_O] + o_desc.block_type.shape,
+                                       o_desc.layout).index(WG)
+        o_stage.reshape([M_WG, HEAD_DIM]).store(out.to(o_desc.dtype))
+        fence_async_shared()
+        gl.thread_barrier()   # the warpgroup's rows are all written
+        tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0], o_stage)
+        tma.store_wait(0)
+    else:
+        rows_o = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_o)
+        cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        row_off = ((b.to(gl.int64) * seqlen_q + rows_o) * heads + h) * HEAD_DIM
+        o_ptrs = out_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(cols_o, 0)
+        o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < HEAD_DIM, 0)
+        gl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
     if STAMPS:   # the stamps own the tile's first 16 lse entries
         gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 16))
@@ -1281,12 +1308,13 @@ def _consumer_wg0(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                   PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                  PINGPONG: gl.constexpr, LPT: gl.constexpr = False, STAMPS: gl.constexpr = False):
+                  PINGPONG: gl.constexpr, LPT: gl.constexpr = False, STAMPS: gl.constexpr = False,
+                  o_desc=None, vs_smem=None):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
               0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P,
-              PINGPONG, LPT=LPT, STAMPS=STAMPS)
+              PINGPONG, LPT=LPT, STAMPS=STAMPS, o_desc=o_desc, vs_smem=vs_smem)
 
 
 @gluon.jit
@@ -1297,12 +1325,13 @@ def _consumer_wg1(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt
                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                   PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
-                  PINGPONG: gl.constexpr, LPT: gl.constexpr = False):
+                  PINGPONG: gl.constexpr, LPT: gl.constexpr = False, o_desc=None,
+                  vs_smem=None):
     _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
               out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
               heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk, kv_nblk,
               1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P,
-              PINGPONG, LPT=LPT)
+              PINGPONG, LPT=LPT, o_desc=o_desc, vs_smem=vs_smem)
 
 
 @gluon.jit
@@ -1455,7 +1484,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False,
                         LPT: gl.constexpr = False, SPLIT: gl.constexpr = False,
                         STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
-                        SCHED: gl.constexpr = False):
+                        SCHED: gl.constexpr = False, o_desc=None):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
                                                      LPT)
@@ -1537,6 +1566,28 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                        NUM_STAGES, V_STAGES)),
         ], [4, 2, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
         return
+    if o_desc is not None:
+        # o_tma: the same partitions, the consumers given O's descriptor and the staging ring
+        gl.warp_specialize([
+            (_consumer_wg0, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready,
+                             vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                             heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                             q_nblk, kv_nblk,
+                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
+                             SOFTMAX_FMA, PACK_P, PINGPONG, LPT, STAMPS, o_desc, vs_smem)),
+            (_consumer_wg1, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready,
+                             vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
+                             heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
+                             q_nblk, kv_nblk,
+                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
+                             SOFTMAX_FMA, PACK_P, PINGPONG, LPT, o_desc, vs_smem)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
+                         q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
+                         b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES,
+                         0, False, LDSM_T, lse_ptr, (b * heads + h) * seqlen_q + m_start,
+                         STAMPS)),
+        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+        return
     gl.warp_specialize([
         (_consumer_wg0, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                          out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
@@ -1589,6 +1640,21 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
     if t.stride(-1) != 1 or t.data_ptr() % 16 or any((s * es) % 16 for s in t.stride()[:-1]):
         t = t.contiguous()
     return t
+
+
+def _o_descriptor(out: torch.Tensor, rows: int):
+    """o_tma: the TMA descriptor of out (batch, seqlen, heads, head_dim; bf16 / fp16, contiguous)
+    in boxes [1, rows, 1, head_dim], 128-byte swizzle (built as _descriptor)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    d = object.__new__(TensorDescriptor)
+    d.base, d.shape, d.strides = out, list(out.shape), list(out.stride())
+    d.block_shape, d.layout, d.padding = [1, rows, 1, out.shape[-1]], o_smem_layout(), "zero"
+    return d
+
+
+@functools.lru_cache(maxsize=None)
+def o_smem_layout() -> gl.NVMMASharedLayout:
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4)
 
 
 def _descriptor(t: torch.Tensor, block: int, cols: int):
@@ -1832,6 +1898,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     args = (q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
             seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
             qq.block_size, qs.shape[-1], ks.shape[-1], sched)
+    cx["o_desc"] = _o_descriptor(out, cfg.block_m // 2) if cfg.o_tma else None
     if _warmup:
         return attn_fp8_fwd_kernel.warmup(*args, grid=grid, **cx, num_warps=cfg.num_warps,
                                           maxnreg=cfg.maxnreg)
@@ -1869,6 +1936,10 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
         raise ValueError("split_producer needs ldsm_transpose=True, persistent=False and "
                          "diag_no_transpose=False (its transposer is the ldmatrix one, on two "
                          "warps; the persistent loop keeps the one-warpgroup producer)")
+    if cfg.o_tma and (cfg.persistent or cfg.split_producer or cfg.v_stages < 2):
+        raise ValueError("o_tma is for the one-tile rows with the one-warpgroup producer and two "
+                         "V staging slots (persistent=False, split_producer=False, v_stages >= 2): "
+                         "O goes through staging slot WG, which a persistent program reloads")
     if cfg.v_perm and not (cfg.ldsm_transpose and not cfg.diag_no_transpose
                            and not cfg.split_producer):
         raise ValueError("v_perm needs ldsm_transpose=True, diag_no_transpose=False and "
@@ -1906,6 +1977,9 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig
     constexprs = _constexprs(head_dim, causal, cfg)
     for name in constexprs:
         signature[name] = "constexpr"
+    if cfg.o_tma:
+        signature["o_desc"] = (f"tensordesc<{out_dtype}[1, {cfg.block_m // 2}, 1, {head_dim}],"
+                               f"{o_smem_layout()!r}>")
     src = GluonASTSource(attn_fp8_fwd_kernel, signature, constexprs=constexprs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg})
