@@ -1566,46 +1566,24 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                        NUM_STAGES, V_STAGES)),
         ], [4, 2, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
         return
-    if o_desc is not None:
-        # o_tma: the same partitions, the consumers given O's descriptor and the staging ring
-        gl.warp_specialize([
-            (_consumer_wg0, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready,
-                             vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
-                             heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
-                             q_nblk, kv_nblk,
-                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                             SOFTMAX_FMA, PACK_P, PINGPONG, LPT, STAMPS, o_desc, vs_smem)),
-            (_consumer_wg1, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready,
-                             vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
-                             heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
-                             q_nblk, kv_nblk,
-                             CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                             SOFTMAX_FMA, PACK_P, PINGPONG, LPT, o_desc, vs_smem)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
-                         q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
-                         b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES,
-                         0, False, LDSM_T, lse_ptr, (b * heads + h) * seqlen_q + m_start,
-                         STAMPS)),
-        ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
-        return
     gl.warp_specialize([
         (_consumer_wg0, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                          out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk,
                          CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                         SOFTMAX_FMA, PACK_P, PINGPONG, LPT, STAMPS)),
+                         SOFTMAX_FMA, PACK_P, PINGPONG, LPT, STAMPS, o_desc, vs_smem)),
         (_consumer_wg1, (q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_empty,
                          out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk,
                          CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
-                         SOFTMAX_FMA, PACK_P, PINGPONG, LPT)),
+                         SOFTMAX_FMA, PACK_P, PINGPONG, LPT, o_desc, vs_smem)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                      q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                      b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, 0,
                      False, LDSM_T, lse_ptr, (b * heads + h) * seqlen_q + m_start, STAMPS)),
-    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
+    ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])   # (o_desc: o_tma's O descriptor, or None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1642,23 +1620,15 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _o_descriptor(out: torch.Tensor, rows: int):
-    """o_tma: the TMA descriptor of out (batch, seqlen, heads, head_dim; bf16 / fp16, contiguous)
-    in boxes [1, rows, 1, head_dim], 128-byte swizzle (built as _descriptor)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    d = object.__new__(TensorDescriptor)
-    d.base, d.shape, d.strides = out, list(out.shape), list(out.stride())
-    d.block_shape, d.layout, d.padding = [1, rows, 1, out.shape[-1]], o_smem_layout(), "zero"
-    return d
-
-
 @functools.lru_cache(maxsize=None)
 def o_smem_layout() -> gl.NVMMASharedLayout:
+    """o_tma: shared layout of O's [1, rows, 1, head_dim] 16-bit TMA box (128-byte swizzle)."""
     return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4)
 
 
-def _descriptor(t: torch.Tensor, block: int, cols: int):
-    """The TMA descriptor of t (batch, seqlen, heads, head_dim) in boxes [1, block, 1, cols].
+def _descriptor(t: torch.Tensor, block: int, cols: int, layout=None):
+    """The TMA descriptor of t (batch, seqlen, heads, head_dim) in boxes [1, block, 1, cols]
+    (layout: smem_layout(cols), the e4m3 boxes', unless given; o_tma gives O's).
 
     Built without TensorDescriptor's own checks (~10 us of Python per descriptor, three per
     launch): t comes from _tma_ready (16-byte aligned base and strides, last stride 1), its
@@ -1667,7 +1637,8 @@ def _descriptor(t: torch.Tensor, block: int, cols: int):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     d = object.__new__(TensorDescriptor)
     d.base, d.shape, d.strides = t, list(t.shape), list(t.stride())
-    d.block_shape, d.layout, d.padding = [1, block, 1, cols], smem_layout(cols), "zero"
+    d.block_shape, d.padding = [1, block, 1, cols], "zero"
+    d.layout = smem_layout(cols) if layout is None else layout
     return d
 
 
@@ -1898,7 +1869,8 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     args = (q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
             seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
             qq.block_size, qs.shape[-1], ks.shape[-1], sched)
-    cx["o_desc"] = _o_descriptor(out, cfg.block_m // 2) if cfg.o_tma else None
+    cx["o_desc"] = (_descriptor(out, cfg.block_m // 2, head_dim, o_smem_layout()) if cfg.o_tma
+                    else None)
     if _warmup:
         return attn_fp8_fwd_kernel.warmup(*args, grid=grid, **cx, num_warps=cfg.num_warps,
                                           maxnreg=cfg.maxnreg)
