@@ -18,9 +18,12 @@ the FP8 attention kernel loads, so each tile comes with exactly one scale):
    scores are unchanged while an outlier entry is spread over B entries of magnitude |x|/sqrt(B)
    ("incoherent processing", FlashAttention-3 section 3.3). V must not be rotated (nothing undoes
    it in P V), so ``rotate=True`` with ``role="v"`` is an error.
-2. amax = max |x| over the block; scale = amax / 448 (448 = e4m3's largest finite value);
-   an all-zero block gets scale 1.0.
-3. data = e4m3(clamp(x / scale, -448, 448)), rounded to nearest, ties to even. So
+2. amax = max |x| over the block; scale = amax / 448 (448 = e4m3's largest finite value), but at
+   least 2**-126 (float32's smallest normal number, so that 1 / scale is finite: only blocks whose
+   largest entry is below ~5e-36 reach this floor); an all-zero block gets scale 1.0.
+3. data = e4m3(clamp(x * (1 / scale), -448, 448)), rounded to nearest, ties to even, where
+   1 / scale is computed once per block (IEEE float32 division) and each entry is multiplied by
+   it (one float32 rounding more than x / scale: a relative 2**-24, against e4m3's 2**-4). So
    x ~= data * scale, with a relative error of at most 2**-4 for entries above e4m3's smallest
    normal, amax / 448 * 2**-6 ~ amax * 3.5e-5, and an absolute one of scale * 2**-10 below it.
    e4m3 is a floating-point format (4 exponent bits), so a scale only decides where a tensor's
@@ -31,10 +34,13 @@ the FP8 attention kernel loads, so each tile comes with exactly one scale):
 ``per_tensor=True`` uses one scale for the whole tensor instead (the baseline of the accuracy study,
 ``python -m fusedattn.fp8_study``); the scales tensor then holds that one value in every block.
 
-On CUDA tensors the quantisation runs as one fused Triton kernel (``kernels/fp8_quant.py``). On the
-CPU it runs that kernel in Triton's interpreter when ``TRITON_INTERPRET=1`` was set before Triton was
-imported, and otherwise :func:`_quantize_torch`, the same float32 arithmetic in PyTorch (also the
-tests' oracle for the kernel: the two agree bit for bit).
+On CUDA tensors the quantisation runs as one fused kernel: on Hopper (compute capability 9.0) the
+Gluon kernel of ``kernels/fp8_quant_gluon.py`` (register layout chosen by hand, no shared memory
+between the rotation's stages), on other GPUs the portable Triton kernel of
+``kernels/fp8_quant.py``. On the CPU the Triton kernel runs in Triton's interpreter when
+``TRITON_INTERPRET=1`` was set before Triton was imported, and otherwise :func:`_quantize_torch`,
+the same float32 arithmetic in PyTorch (also the tests' oracle for both kernels: they agree with it
+bit for bit).
 
 Non-finite inputs are not checked for (that would cost a pass and a device sync): an inf or NaN in
 a block makes that block's scale and data NaN.
@@ -51,6 +57,7 @@ __all__ = ["QuantizedTensor", "quantize_fp8", "hadamard_rotation", "hadamard_blo
            "random_signs", "rotate_rows", "E4M3_MAX"]
 
 E4M3_MAX = 448.0  # largest finite torch.float8_e4m3fn value
+MIN_SCALE = 2.0 ** -126  # the smallest scale: float32's smallest normal number (1 / scale finite)
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MIN_BLOCK, _MAX_BLOCK = 16, 256
 
@@ -159,19 +166,30 @@ def _quantize_torch(x: torch.Tensor, block_size: int, signs: torch.Tensor | None
     blocks = xp.reshape(bsz, nb, block_size, heads, d)
     if tensor_scale is None:
         amax = blocks.abs().amax(dim=(2, 4))                               # (batch, nb, heads)
-        scales = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax)).transpose(1, 2)
+        scales = _scale_of(amax).transpose(1, 2)
     else:
         scales = tensor_scale.to(torch.float32).reshape(1, 1, 1).expand(bsz, heads, nb)
     scales = scales.contiguous()
-    y = blocks / scales.transpose(1, 2)[:, :, None, :, None]
+    y = blocks * (1.0 / scales).transpose(1, 2)[:, :, None, :, None]
     y = y.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     data = y.reshape(bsz, nb * block_size, heads, d)[:, :seqlen].contiguous()
     return data, scales
 
 
+def _scale_of(amax: torch.Tensor) -> torch.Tensor:
+    """float32 amax -> scale: amax / 448, at least MIN_SCALE; 1.0 where amax is 0 (the kernels'
+    arithmetic)."""
+    return torch.where(amax > 0, torch.clamp(amax / E4M3_MAX, min=MIN_SCALE), torch.ones_like(amax))
+
+
 def _quantize_triton(x, block_size, signs, hadamard_block, tensor_scale=None):
-    from .kernels.fp8_quant import quantize
-    return quantize(x, block_size, signs, hadamard_block, tensor_scale)
+    """The GPU kernels (and the Triton kernel in the interpreter): on sm_90 the Gluon quantiser
+    (kernels/fp8_quant_gluon.py), elsewhere the portable Triton one (kernels/fp8_quant.py). Both
+    compute what _quantize_torch computes, bit for bit."""
+    from .kernels import fp8_quant, fp8_quant_gluon
+    if fp8_quant_gluon.supports(x):
+        return fp8_quant_gluon.quantize(x, block_size, signs, hadamard_block, tensor_scale)
+    return fp8_quant.quantize(x, block_size, signs, hadamard_block, tensor_scale)
 
 
 def _interpreter_active() -> bool:
@@ -314,7 +332,7 @@ def quantize_fp8(x: torch.Tensor, *, block_size: int = 128, rotate: bool = False
     if per_tensor:
         xf = rotate_rows(x, seed) if rotate else x.to(torch.float32)
         amax = xf.abs().amax() if xf.numel() else torch.zeros((), device=x.device)
-        tensor_scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax)).reshape(1)
+        tensor_scale = _scale_of(amax.to(torch.float32)).reshape(1)
     if x.numel() == 0:
         data, scales = _quantize_torch(x, block_size, signs, had, tensor_scale)
     else:

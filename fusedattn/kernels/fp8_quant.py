@@ -2,8 +2,9 @@
 
 One program quantises BLOCK_M rows of seqlen of one (batch, head): it loads the (BLOCK_M, head_dim)
 tile, optionally rotates every row (random signs, then a Walsh-Hadamard transform, then
-1/sqrt(hadamard_block)), takes the tile's amax, sets ``scale = amax / 448`` (1.0 for an all-zero
-tile), and stores ``e4m3(clamp(x / scale, -448, 448))`` and the scale. These tiles are the
+1/sqrt(hadamard_block)), takes the tile's amax, sets ``scale = max(amax / 448, 2**-126)`` (1.0 for
+an all-zero tile), and stores ``e4m3(clamp(x * (1 / scale), -448, 448))`` (the reciprocal computed
+once per tile) and the scale. These tiles are the
 "blocks matching the attention kernel's tiles, per head" of FlashAttention-3's block quantisation:
 the FP8 attention kernel reads one Q scale per query tile and one K (V) scale per key tile.
 
@@ -15,8 +16,10 @@ Every step is a fixed sequence of IEEE float32 operations, so the PyTorch versio
   a float32 matrix product's summation order differs between numpy (the interpreter), PyTorch's
   BLAS and the GPU (where ``tl.dot`` on float32 also defaults to TF32), so its last bits, and then
   an occasional e4m3 code, would differ. The butterflies also cost d*log2(d) adds instead of d^2 FMAs;
-* the divisions are IEEE round-to-nearest (``tl.math.div_rn``: Triton's plain ``/`` on float32
-  compiles to the approximate ``div.full.f32`` on NVIDIA GPUs);
+* the two divisions per tile (amax / 448 and 1 / scale) are IEEE round-to-nearest
+  (``tl.math.div_rn``: Triton's plain ``/`` on float32 compiles to the approximate ``div.full.f32``
+  on NVIDIA GPUs); each element then takes one float32 multiply by 1 / scale (a division per
+  element, exact as it is, cost ~10 instructions and a MUFU.RCP each);
 * the cast is round-to-nearest-even after a clamp to +-448 (e4m3fn has no infinity; 448 is its
   largest finite value). On the GPU the cast is the hardware's ``cvt.rn.satfinite.e4m3x2.f32``.
   Triton 3.6's interpreter converts float32 to fp8 wrongly (it rounds half up and drops the carry
@@ -35,6 +38,7 @@ from .triton_common import CompileSpec, triton_dtype, use_interpreter
 __all__ = ["quantize", "compile_specs", "E4M3_MAX"]
 
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn value
+MIN_SCALE: tl.constexpr = tl.constexpr(2.0 ** -126)  # fp8.MIN_SCALE: 1 / scale stays finite
 
 
 @triton.jit
@@ -157,9 +161,9 @@ def _quantize_fp8_kernel(
             scale = tl.load(TensorScale)
         else:
             amax = tl.max(tl.max(tl.abs(x), 1), 0)
-            scale = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
+            scale = tl.where(amax > 0, tl.maximum(tl.math.div_rn(amax, 448.0), MIN_SCALE), 1.0)
             tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
-        y = tl.math.div_rn(x, tl.zeros_like(x) + scale)
+        y = x * tl.math.div_rn(1.0, scale)
         _store_q(Data, y, pid_m * BLOCK_M, b, h, stride_db, stride_ds, stride_dh, seqlen,
                  HEAD_DIM, BLOCK_M, BLOCK_D, ROUND_IN_KERNEL)
     else:
@@ -172,13 +176,14 @@ def _quantize_fp8_kernel(
                               stride_xh, seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE,
                               LOG2_HAD)
                 amax = tl.maximum(amax, tl.max(tl.max(tl.abs(x), 1), 0))
-            scale = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
+            scale = tl.where(amax > 0, tl.maximum(tl.math.div_rn(amax, 448.0), MIN_SCALE), 1.0)
             tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
+        inv = tl.math.div_rn(1.0, scale)
         for c in tl.range(0, BLOCK_M // CHUNK):
             x = _load_rot(X, Signs, pid_m * BLOCK_M + c * CHUNK, b, h, stride_xb, stride_xs,
                           stride_xh, seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE,
                           LOG2_HAD)
-            y = tl.math.div_rn(x, tl.zeros_like(x) + scale)
+            y = x * inv
             _store_q(Data, y, pid_m * BLOCK_M + c * CHUNK, b, h, stride_db, stride_ds, stride_dh,
                      seqlen, HEAD_DIM, CHUNK, BLOCK_D, ROUND_IN_KERNEL)
 
