@@ -62,10 +62,13 @@ def _rows_per_warp(block_d: int) -> int:
     return 32 >> len(range(3, min(5, _log2(block_d))))
 
 
-def launch_shape(block_size: int, head_dim: int) -> tuple[int, int]:
-    """(chunk rows, num_warps) of the launch for this block_size and head_dim."""
+def launch_shape(block_size: int, head_dim: int, max_warps: int = _MAX_WARPS) -> tuple[int, int]:
+    """(chunk rows, num_warps) of the launch for this block_size and head_dim: up to max_warps
+    warps, each thread holding at most 64 float32 values of a chunk. With the default 8 warps the
+    blocks of 256 x 128 and 128 x 256 (and larger) take two passes; with 16 warps one (a program of
+    512 threads then fills an SM's registers alone: scripts/quant_speed.py times both)."""
     block_d = block_d_of(head_dim)
-    warps = min(_MAX_WARPS, max(1, block_size // _rows_per_warp(block_d)))
+    warps = min(max_warps, max(1, block_size // _rows_per_warp(block_d)))
     chunk = min(block_size, max(_rows_per_warp(block_d) * warps,
                                 _VALUES_PER_THREAD * 32 * warps // block_d))
     return chunk, warps
@@ -225,17 +228,19 @@ def supports(x: torch.Tensor) -> bool:
 
 
 def _constexprs(head_dim: int, block_size: int, rotate: bool, given_scale: bool,
-                hadamard_block: int) -> tuple[dict, int]:
+                hadamard_block: int, max_warps: int = _MAX_WARPS) -> tuple[dict, int]:
     block_d = block_d_of(head_dim)
-    chunk, warps = launch_shape(block_size, head_dim)
+    chunk, warps = launch_shape(block_size, head_dim, max_warps)
     return ({"HEAD_DIM": head_dim, "BLOCK_M": block_size, "BLOCK_D": block_d, "CHUNK": chunk,
              "ROTATE": bool(rotate), "LOG2_HAD": _log2(hadamard_block) if rotate else 0,
              "GIVEN_SCALE": bool(given_scale), "L": quant_layout(chunk, block_d, warps)}, warps)
 
 
 def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadamard_block: int,
-             tensor_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """As fp8_quant.quantize (same arguments and results), on an sm_90 GPU (``supports``)."""
+             tensor_scale: torch.Tensor | None = None, max_warps: int = _MAX_WARPS,
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """As fp8_quant.quantize (same arguments and results), on an sm_90 GPU (``supports``);
+    max_warps: see launch_shape (the results do not depend on it)."""
     if not supports(x):
         raise RuntimeError("fp8_quant_gluon.quantize runs on CUDA devices of compute capability "
                            "9.0; use fp8_quant.quantize elsewhere")
@@ -245,7 +250,7 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
     scales = torch.empty((bsz, heads, num_blocks), dtype=torch.float32, device=x.device)
     rotate = signs is not None
     constexprs, warps = _constexprs(head_dim, block_size, rotate, tensor_scale is not None,
-                                    hadamard_block)
+                                    hadamard_block, max_warps)
     dummy = scales
     _quantize_fp8_gluon[(num_blocks, bsz * heads)](
         x, data, scales, signs if rotate else dummy,
@@ -260,7 +265,7 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
 
 
 def compile_sm90(head_dim: int, dtype: torch.dtype, block_size: int = 128, rotate: bool = True,
-                 given_scale: bool = False):
+                 given_scale: bool = False, max_warps: int = _MAX_WARPS):
     """Compile the kernel for sm_90a with the bundled ptxas (no GPU needed), with the pointer
     alignment and stride divisibility that contiguous inputs get at launch."""
     from triton.backends.compiler import GPUTarget
@@ -269,7 +274,7 @@ def compile_sm90(head_dim: int, dtype: torch.dtype, block_size: int = 128, rotat
     from .triton_common import triton_dtype
 
     had = head_dim & -head_dim
-    constexprs, warps = _constexprs(head_dim, block_size, rotate, given_scale, had)
+    constexprs, warps = _constexprs(head_dim, block_size, rotate, given_scale, had, max_warps)
     ptrs = {"X": f"*{triton_dtype(dtype)}", "Data": "*fp8e4nv", "Scales": "*fp32",
             "Signs": "*fp32", "TensorScale": "*fp32"}
     strides = ["stride_xb", "stride_xs", "stride_xh", "stride_db", "stride_ds", "stride_dh"]
