@@ -2,8 +2,9 @@
 # One device call for one FP8 candidate (a name of hopper_fp8_fwd.VARIANTS): checks first, then
 # timing only if the checks passed. Every step has its own cap and the whole run a deadline; full
 # logs under OUT, a short summary last.
-#     [EXTRA_VARIANTS="a b"] bash scripts/device_fp8_variant.sh OUT VARIANT "d,causal,seqlen;..." [DEADLINE_S (540)]
-# (EXTRA_VARIANTS: other candidates stamped and timed beside it, not checked here)
+#     [EXTRA_VARIANTS="a b"] [QUANT=1] bash scripts/device_fp8_variant.sh OUT VARIANT "d,causal,seqlen;..." [DEADLINE_S (540)]
+# (EXTRA_VARIANTS: other candidates stamped and timed beside it, not checked here; QUANT=1: first
+# the quantisers' GPU tests and scripts/quant_speed.py, ~60-90 s)
 # 1. scripts/hopper_fp8_dev.py (every row's and the candidates' check cases, then its bench)
 # 2. compute-sanitizer memcheck and racecheck (hazard addresses counted) on a small shape of the
 #    candidate at each head_dim of the cells, causal and not (scripts/fp8_variant_case.py)
@@ -20,6 +21,11 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 source scripts/device_steps.sh
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.limit --format=csv > "$out/smi.txt" 2>&1
+if [ "${QUANT:-0}" = 1 ]; then
+  step quant_tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_fp8.py \
+    -k "gluon or kernel_matches or chunked or per_tensor or public_paths or tiny"
+  step quant_speed 90 python3 scripts/quant_speed.py "$out/quant"
+fi
 step dev "${DEV_CAP:-240}" python3 scripts/hopper_fp8_dev.py "$out/dev" --budget $(( ${DEV_CAP:-240} - 30 ))
 ok=1
 if ! grep -q "\"variant\": \"$var\"" "$out/dev/check.jsonl" 2>/dev/null; then ok=0; fi
@@ -45,6 +51,7 @@ fi
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
 for f in "$out"/race_*-addresses.txt; do echo "$f:"; cat "$f"; done
+[ -f "$out/quant_speed.log" ] && grep "^|" "$out/quant_speed.log"
 [ -f "$out/dev/summary.md" ] && tail -40 "$out/dev/summary.md"
 [ -f "$out/phases.log" ] && grep "^d" "$out/phases.log"
 [ -f "$out/rounds.log" ] && grep "^d" "$out/rounds.log"
