@@ -34,16 +34,19 @@ the FP8 attention kernel loads, so each tile comes with exactly one scale):
 ``per_tensor=True`` uses one scale for the whole tensor instead (the baseline of the accuracy study,
 ``python -m fusedattn.fp8_study``); the scales tensor then holds that one value in every block.
 
-On CUDA tensors the quantisation runs as one fused kernel: on Hopper (compute capability 9.0) the
-Gluon kernel of ``kernels/fp8_quant_gluon.py`` (register layout chosen by hand, no shared memory
-between the rotation's stages), on other GPUs the portable Triton kernel of
-``kernels/fp8_quant.py``. On the CPU the Triton kernel runs in Triton's interpreter when
+On CUDA tensors the quantisation runs as one fused Triton kernel (``kernels/fp8_quant.py``). A Gluon
+version for Hopper (``kernels/fp8_quant_gluon.py``: register layout chosen by hand, no shared
+memory between the rotation's stages) replaces it on sm_90 once it has run on a GPU
+(``USE_GLUON_QUANTISER``). On the CPU the Triton kernel runs in Triton's interpreter when
 ``TRITON_INTERPRET=1`` was set before Triton was imported, and otherwise :func:`_quantize_torch`,
-the same float32 arithmetic in PyTorch (also the tests' oracle for both kernels: they agree with it
-bit for bit).
+the same float32 arithmetic in PyTorch (also the tests' oracle for the kernels, which must agree
+with it bit for bit).
 
-Non-finite inputs are not checked for (that would cost a pass and a device sync): an inf or NaN in
-a block makes that block's scale and data NaN.
+Non-finite inputs are not checked for (that would cost a pass and a device sync), but they are not
+hidden either: a NaN in a block makes that block's scale and all its codes NaN; an inf makes the
+scale inf, its own code NaN and the block's other codes 0 (with ``rotate=True`` a NaN or inf first
+spreads over its row). Everything computed from such a block is NaN. The kernels and
+:func:`_quantize_torch` agree on this (a NaN code's sign bit may differ).
 """
 
 from __future__ import annotations
@@ -170,24 +173,38 @@ def _quantize_torch(x: torch.Tensor, block_size: int, signs: torch.Tensor | None
     else:
         scales = tensor_scale.to(torch.float32).reshape(1, 1, 1).expand(bsz, heads, nb)
     scales = scales.contiguous()
-    y = blocks * (1.0 / scales).transpose(1, 2)[:, :, None, :, None]
+    y = blocks * _ieee_div(torch.ones_like(scales), scales).transpose(1, 2)[:, :, None, :, None]
     y = y.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     data = y.reshape(bsz, nb * block_size, heads, d)[:, :seqlen].contiguous()
     return data, scales
 
 
+def _ieee_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a / b rounded once (IEEE), on any device: both operands tensors of one device. (On CUDA,
+    PyTorch divides by a Python scalar as a multiply by its reciprocal, which rounds twice.)"""
+    return a / b
+
+
 def _scale_of(amax: torch.Tensor) -> torch.Tensor:
-    """float32 amax -> scale: amax / 448, at least MIN_SCALE; 1.0 where amax is 0 (the kernels'
-    arithmetic)."""
-    return torch.where(amax > 0, torch.clamp(amax / E4M3_MAX, min=MIN_SCALE), torch.ones_like(amax))
+    """float32 amax -> scale: 1.0 where amax is 0, else amax / 448 but at least MIN_SCALE; NaN
+    and inf stay (the kernels' arithmetic)."""
+    scale = torch.clamp(_ieee_div(amax, torch.full_like(amax, E4M3_MAX)), min=MIN_SCALE)
+    return torch.where(amax == 0, torch.ones_like(amax), scale)
+
+
+# The Gluon quantiser (kernels/fp8_quant_gluon.py) replaces the Triton one on sm_90 once it has
+# run on a GPU: it was written and compile-checked in session 15 without one. Until then
+# quantize_fp8 runs the Triton kernel everywhere; the GPU tests and scripts/quant_speed.py check
+# and time the Gluon one.
+USE_GLUON_QUANTISER = False
 
 
 def _quantize_triton(x, block_size, signs, hadamard_block, tensor_scale=None):
-    """The GPU kernels (and the Triton kernel in the interpreter): on sm_90 the Gluon quantiser
-    (kernels/fp8_quant_gluon.py), elsewhere the portable Triton one (kernels/fp8_quant.py). Both
+    """The quantiser kernels (the Triton one also in the interpreter): the Gluon quantiser on sm_90
+    when USE_GLUON_QUANTISER, otherwise the portable Triton kernel (kernels/fp8_quant.py). Both
     compute what _quantize_torch computes, bit for bit."""
     from .kernels import fp8_quant, fp8_quant_gluon
-    if fp8_quant_gluon.supports(x):
+    if USE_GLUON_QUANTISER and fp8_quant_gluon.supports(x):
         return fp8_quant_gluon.quantize(x, block_size, signs, hadamard_block, tensor_scale)
     return fp8_quant.quantize(x, block_size, signs, hadamard_block, tensor_scale)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -530,17 +531,22 @@ def test_gluon_quantiser_layout(head_dim, block_size, max_warps):
     assert sorted(col_bits(lay.reg_bases)) == [i for i in range(ncol) if i not in (3, 4)]
     assert not col_bits(lay.warp_bases)
     # the stages h = 8 and 16 as the kernel runs them: each thread takes the value in the same
-    # register of lane ^ (h / 8) and keeps x + p (column bit h clear) or p - x (set); the result,
-    # put back at each register's (row, col), must be the butterfly (a + b, a - b) of those columns
+    # register of the lane that the kernel's shuffle (the PTX string it is compiled with) names,
+    # and keeps x + p (column bit h clear) or p - x (set); the result, put back at each
+    # register's (row, col), must be the butterfly (a + b, a - b) of those columns
     nlanes = 1 << len(lay.lane_bases)
     nregs = 1 << len(lay.reg_bases)
     where = torch.tensor(pos).reshape(warps, nlanes, nregs, 2)
     grid = torch.randn(chunk, block_d, dtype=torch.float64)
     for hh in (8, 16):
+        asm = G.shuffle_asm(lay, hh)
         if hh >= block_d:
+            assert asm == ""
             continue
+        m = re.fullmatch(r"shfl\.sync\.bfly\.b32 \$0, \$1, (\d+), 0x1f, -1;", asm)
+        assert m, asm
         vals = grid[where[..., 0], where[..., 1]]                   # (warp, lane, register)
-        partner = vals[:, torch.arange(nlanes) ^ (hh // 8), :]
+        partner = vals[:, torch.arange(nlanes) ^ int(m.group(1)), :]
         upper = (where[..., 1] & hh) != 0
         got = torch.empty_like(grid)
         got[where[..., 0], where[..., 1]] = torch.where(upper, partner - vals, vals + partner)
@@ -614,7 +620,8 @@ def _sm90() -> bool:
                              *c[:5], str(c[5]).split(".")[-1], "rot" if c[6] else "plain"))
 def test_gluon_quantiser_matches_torch_bit_for_bit(case, nan_filled_empty):
     """Codes and scales of the Gluon kernel equal _quantize_torch's, per block and per tensor,
-    on contiguous and on strided input (the Triton kernel is checked the same way above)."""
+    on contiguous and on strided input (the Triton kernel, which quantize_fp8 runs, is checked the
+    same way above)."""
     from fusedattn.kernels import fp8_quant_gluon as G
     b, s, h, d, blk, dtype, rotate = case
     x = _varied((b, s, h, d), dtype, seed=s * d + 2)
@@ -655,3 +662,63 @@ def test_tiny_blocks_keep_a_finite_reciprocal():
     assert (codes[x == 0] == 0).all() and (codes[0, :16, 0, :8] == 0).all()
     assert (codes[0, 16:, 0, 0] == 26).all()
     assert ((qt.dequantize().float().cpu()[0, 16:, 0, 0] / 3e-37 - 1).abs() < 0.03).all()
+
+
+def _nonfinite_input():
+    x = torch.randn((1, 64, 2, 64), dtype=torch.float32)
+    x[0, 3, 0, 5] = float("nan")                   # block 0 of head 0
+    x[0, 20, 1, 7] = float("inf")                  # block 1 of head 1
+    x[0, 40, 1, 9] = -float("inf")                 # block 2 of head 1
+    return x
+
+
+def _check_nonfinite(data, scales, x, ref_data, ref_scales):
+    codes, ref = data.float().cpu(), ref_data.float()
+    assert torch.equal(scales.cpu().isnan(), ref_scales.isnan())
+    finite = ~ref_scales.isnan()
+    assert torch.equal(scales.cpu()[finite], ref_scales[finite])
+    assert torch.equal(codes.isnan(), ref.isnan())
+    assert torch.equal(codes[~ref.isnan()], ref[~ref.isnan()])
+    # what the module docstring promises: a NaN makes its block's scale NaN, an inf makes it inf
+    assert scales[0, 0, 0].isnan() and scales[0, 1, 1].isinf() and scales[0, 1, 2].isinf()
+    assert codes[0, 3, 0, 5].isnan() and codes[0, 20, 1, 7].isnan() and codes[0, 40, 1, 9].isnan()
+    assert (codes[0, 16:32, 1][~codes[0, 16:32, 1].isnan()] == 0).all()
+    assert torch.isfinite(scales.cpu()[0, :, 3]).all()        # the blocks without one are untouched
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_nonfinite_inputs_are_not_hidden(rotate):
+    """A NaN or inf reaches the block's scale (NaN / inf) and its own code (NaN), in the kernel
+    (the Triton kernel here: the interpreter on the CPU, the GPU with one) as in _quantize_torch."""
+    x = _nonfinite_input()
+    signs = random_signs(64, seed=1) if rotate else None
+    ref_data, ref_scales = _quantize_torch(x, 16, signs, 64)
+    data, scales = _quantize_triton(x.to(DEVICE), 16, signs.to(DEVICE) if rotate else None, 64)
+    if rotate:     # the rotation spreads a NaN / inf over its row: every entry of it non-finite
+        assert ref_scales[0, 0, 0].isnan() and not ref_scales[0, 0, 1:].isnan().any()
+        assert torch.equal(scales.cpu().isnan(), ref_scales.isnan())
+        assert torch.equal(data.float().cpu().isnan(), ref_data.float().isnan())
+        return
+    _check_nonfinite(data, scales, x, ref_data, ref_scales)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nonfinite_inputs_gluon():
+    from fusedattn.kernels import fp8_quant_gluon as G
+    if not G.supports(torch.empty(0, device="cuda")):
+        pytest.skip("the Gluon quantiser runs on sm_90 GPUs")
+    x = _nonfinite_input()
+    ref_data, ref_scales = _quantize_torch(x, 16, None, 64)
+    data, scales = G.quantize(x.cuda(), 16, None, 64)
+    _check_nonfinite(data, scales, x, ref_data, ref_scales)
+
+
+def test_quantiser_grid_limit_is_a_clear_error():
+    """More blocks per (batch, head) than the grid's second axis takes: a ValueError naming
+    seqlen and block_size before any launch (the torch path has no such limit)."""
+    from fusedattn.kernels import fp8_quant
+    x = torch.empty((1, 16 * fp8_quant.MAX_BLOCKS + 1, 1, 8), dtype=torch.bfloat16,
+                    device=DEVICE)
+    with pytest.raises(ValueError, match="seqlen .*block_size 16"):
+        fp8_quant.quantize(x, 16, None, 8)

@@ -39,6 +39,34 @@ __all__ = ["quantize", "compile_specs", "E4M3_MAX"]
 
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn value
 MIN_SCALE: tl.constexpr = tl.constexpr(2.0 ** -126)  # fp8.MIN_SCALE: 1 / scale stays finite
+NAN_ALL: tl.constexpr = tl.constexpr(tl.PropagateNan.ALL)
+MAX_BLOCKS = 65535  # the grid's second axis (CUDA's limit for grid y): blocks per (batch, head)
+
+
+@triton.jit
+def _max_nan(a, b):
+    """max that propagates NaN (max.NaN.f32), as torch's amax and clamp do."""
+    return tl.maximum(a, b, propagate_nan=NAN_ALL)
+
+
+@triton.jit
+def _tile_amax(x, INTERPRETER: tl.constexpr):
+    """max |x| over the tile, NaN if an entry is NaN. On the GPU a reduction with _max_nan
+    (tl.max ignores NaN); in the interpreter, whose reductions with a Python combine function
+    take seconds per tile, tl.max and a separate test for NaN (the same result)."""
+    if INTERPRETER:
+        amax = tl.max(tl.max(tl.abs(x), 1), 0)
+        has_nan = tl.max(tl.max((x != x).to(tl.int32), 1), 0)
+        return tl.where(has_nan > 0, float("nan"), amax)
+    else:
+        return tl.reduce(tl.reduce(tl.abs(x), 1, _max_nan), 0, _max_nan)
+
+
+@triton.jit
+def _scale_of(amax):
+    """fp8._scale_of: 1.0 for an all-zero tile, else max(amax / 448, MIN_SCALE); NaN stays NaN."""
+    return tl.where(amax == 0, 1.0, tl.maximum(tl.math.div_rn(amax, 448.0), MIN_SCALE,
+                                               propagate_nan=NAN_ALL))
 
 
 @triton.jit
@@ -120,11 +148,15 @@ def _store_q(Data, y, row0, b, h, stride_db, stride_ds, stride_dh, seqlen,
     rows = row0 + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < seqlen) & (cols[None, :] < HEAD_DIM)
-    y = tl.minimum(tl.maximum(y, -448.0), 448.0)
-    if ROUND_IN_KERNEL:
-        y = _round_to_e4m3_grid(y)
+    y = tl.minimum(tl.maximum(y, -448.0, propagate_nan=NAN_ALL), 448.0, propagate_nan=NAN_ALL)
     d_ptrs = Data + b * stride_db + h * stride_dh + rows[:, None].to(tl.int64) * stride_ds + cols[None, :]
-    tl.store(d_ptrs, y.to(tl.float8e4nv), mask=mask)
+    if ROUND_IN_KERNEL:
+        # the interpreter's cast also turns NaN into a number: NaN is written as e4m3's NaN code
+        codes = _round_to_e4m3_grid(y).to(tl.float8e4nv).to(tl.int8, bitcast=True)
+        codes = tl.where(y != y, 0x7F, codes)
+        tl.store(d_ptrs.to(tl.pointer_type(tl.int8)), codes, mask=mask)
+    else:
+        tl.store(d_ptrs, y.to(tl.float8e4nv), mask=mask)
 
 
 @triton.jit
@@ -137,10 +169,11 @@ def _quantize_fp8_kernel(
     ROTATE: tl.constexpr, LOG2_HAD: tl.constexpr, GIVEN_SCALE: tl.constexpr,
     ROUND_IN_KERNEL: tl.constexpr, CHUNK: tl.constexpr = 0,
 ):
-    """Grid (num_blocks, batch * heads). Writes Data (e4m3) and, unless GIVEN_SCALE, Scales.
+    """Grid (batch * heads, num_blocks). Writes Data (e4m3) and, unless GIVEN_SCALE, Scales.
 
     Scales is float32 (batch, heads, num_blocks), contiguous. With GIVEN_SCALE the tile is scaled by
-    the one float32 at TensorScale (per-tensor mode) and Scales is not written.
+    the one float32 at TensorScale (per-tensor mode) and Scales is not written. ROUND_IN_KERNEL:
+    the kernel runs in the interpreter (its own e4m3 rounding, and the amax's NaN test apart).
 
     CHUNK (0: the whole BLOCK_M-row tile at once, as in the first GPU run): two passes over the
     tile in chunks of CHUNK rows: the first loads (and rotates) each chunk for the amax only, the
@@ -150,8 +183,8 @@ def _quantize_fp8_kernel(
     program of 8 warps per SM). Bit-identical: the same operations per element, and the max of
     the chunk maxima is the tile's max.
     """
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_bh = tl.program_id(0)
+    pid_m = tl.program_id(1)
     b = (pid_bh // heads).to(tl.int64)
     h = (pid_bh % heads).to(tl.int64)
     if CHUNK == 0:
@@ -160,8 +193,7 @@ def _quantize_fp8_kernel(
         if GIVEN_SCALE:
             scale = tl.load(TensorScale)
         else:
-            amax = tl.max(tl.max(tl.abs(x), 1), 0)
-            scale = tl.where(amax > 0, tl.maximum(tl.math.div_rn(amax, 448.0), MIN_SCALE), 1.0)
+            scale = _scale_of(_tile_amax(x, ROUND_IN_KERNEL))
             tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
         y = x * tl.math.div_rn(1.0, scale)
         _store_q(Data, y, pid_m * BLOCK_M, b, h, stride_db, stride_ds, stride_dh, seqlen,
@@ -175,8 +207,8 @@ def _quantize_fp8_kernel(
                 x = _load_rot(X, Signs, pid_m * BLOCK_M + c * CHUNK, b, h, stride_xb, stride_xs,
                               stride_xh, seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE,
                               LOG2_HAD)
-                amax = tl.maximum(amax, tl.max(tl.max(tl.abs(x), 1), 0))
-            scale = tl.where(amax > 0, tl.maximum(tl.math.div_rn(amax, 448.0), MIN_SCALE), 1.0)
+                amax = _max_nan(amax, _tile_amax(x, ROUND_IN_KERNEL))
+            scale = _scale_of(amax)
             tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
         inv = tl.math.div_rn(1.0, scale)
         for c in tl.range(0, BLOCK_M // CHUNK):
@@ -229,7 +261,11 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
     log2_had = hadamard_block.bit_length() - 1 if rotate else 0
     inv_sqrt_had = _inv_sqrt_f32(hadamard_block) if rotate else 1.0
     dummy = scales  # unused pointer arguments
-    grid = (num_blocks, bsz * heads)
+    if num_blocks > MAX_BLOCKS:
+        raise ValueError(f"x has seqlen {seqlen}: with block_size {block_size} that is {num_blocks} "
+                         f"blocks per (batch, head), more than the quantiser's grid takes "
+                         f"({MAX_BLOCKS}); use a larger block_size")
+    grid = (bsz * heads, num_blocks)
     if chunk is None:
         chunk, shipped_warps = launch_shape(head_dim, rotate)
         num_warps = num_warps or shipped_warps

@@ -16,8 +16,9 @@ tile through shared memory between stages (device-run analysis, benchmarks/fp8_l
 
 * column bits 0-2 (8 consecutive elements: one 16-byte load of 16-bit input) and bits 5 and up
   are register bits of a thread, column bits 3-4 are lane bits 0-1, the rows take the remaining
-  lane bits, the warps, and further register bits. Four lanes therefore read 64 consecutive bytes
-  of a row (two full 32-byte sectors per 16-byte load instruction);
+  lane bits, the warps, and further register bits. For 16-bit input and rows of 32 columns or
+  more, four lanes therefore read 64 consecutive bytes of a row (two full 32-byte sectors per
+  16-byte load instruction; float32 input takes two 16-byte loads per 8 columns);
 * a stage whose pair distance h is a register bit is a reshape / split / join inside each thread
   (no data movement; checked with ``convert_layout(..., assert_trivial=True)``);
 * the stages h = 8 and 16 (lane bits) exchange values with one ``shfl.sync.bfly`` per element:
@@ -39,8 +40,9 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+import triton.language as tl
 
-from .fp8_quant import _inv_sqrt_f32
+from .fp8_quant import MAX_BLOCKS, _inv_sqrt_f32
 
 __all__ = ["quantize", "launch_shape", "quant_layout", "supports", "compile_sm90"]
 
@@ -48,6 +50,7 @@ _MIN_BLOCK_D = 16          # narrower rows are padded to 16 columns (masked, nev
 _VALUES_PER_THREAD = 64    # float32 values of a chunk per thread
 _MAX_WARPS = 8
 MIN_SCALE: gl.constexpr = gl.constexpr(2.0 ** -126)   # fp8.MIN_SCALE
+NAN_ALL: gl.constexpr = gl.constexpr(tl.PropagateNan.ALL)
 
 
 def _log2(n: int) -> int:
@@ -65,8 +68,9 @@ def _rows_per_warp(block_d: int) -> int:
 def launch_shape(block_size: int, head_dim: int, max_warps: int = _MAX_WARPS) -> tuple[int, int]:
     """(chunk rows, num_warps) of the launch for this block_size and head_dim: up to max_warps
     warps, each thread holding at most 64 float32 values of a chunk. With the default 8 warps the
-    blocks of 256 x 128 and 128 x 256 (and larger) take two passes; with 16 warps one (a program of
-    512 threads then fills an SM's registers alone: scripts/quant_speed.py times both)."""
+    blocks of 256 x 128, 128 x 256 and 256 x 256 (rows x head_dim) take two passes; with 16 warps
+    the first two take one (a program of 512 threads then fills an SM's registers alone:
+    scripts/quant_speed.py times both), 256 x 256 still two."""
     block_d = block_d_of(head_dim)
     warps = min(max_warps, max(1, block_size // _rows_per_warp(block_d)))
     chunk = min(block_size, max(_rows_per_warp(block_d) * warps,
@@ -93,6 +97,16 @@ def quant_layout(chunk: int, block_d: int, num_warps: int) -> gl.DistributedLine
         block_bases=[], shape=[chunk, block_d])
 
 
+def shuffle_asm(layout: gl.DistributedLinearLayout, h: int) -> str:
+    """The inline PTX of the butterfly stage of pair distance h when column bit h is a lane bit of
+    ``layout``: a shfl.sync.bfly whose lane mask flips exactly that lane bit (so the partner holds
+    column c ^ h of the same row in the same register); "" when h is not a lane bit."""
+    for i, (dr, dc) in enumerate(layout.lane_bases):
+        if dr == 0 and dc == h:
+            return f"shfl.sync.bfly.b32 $0, $1, {1 << i}, 0x1f, -1;"
+    return ""
+
+
 @gluon.jit
 def _bfly_regs(x, H: gl.constexpr, CHUNK: gl.constexpr, BLOCK_D: gl.constexpr,
                L: gl.constexpr):
@@ -105,22 +119,18 @@ def _bfly_regs(x, H: gl.constexpr, CHUNK: gl.constexpr, BLOCK_D: gl.constexpr,
 
 
 @gluon.jit
-def _bfly_lanes(x, cols, H: gl.constexpr):
+def _bfly_lanes(x, cols, H: gl.constexpr, SHFL: gl.constexpr):
     """A stage whose pair distance H (8 or 16) is a lane bit: the partner's value by one
-    butterfly shuffle (lane xor H / 8), then a + b in the lower and a - b in the upper half."""
-    if H == 8:
-        p = gl.inline_asm_elementwise("shfl.sync.bfly.b32 $0, $1, 1, 0x1f, -1;", "=r,r", [x],
-                                      dtype=gl.float32, is_pure=False, pack=1)
-    else:
-        p = gl.inline_asm_elementwise("shfl.sync.bfly.b32 $0, $1, 2, 0x1f, -1;", "=r,r", [x],
-                                      dtype=gl.float32, is_pure=False, pack=1)
+    butterfly shuffle (SHFL = shuffle_asm(L, H)), then a + b in the lower and a - b in the upper
+    half (fma(x, -1, p) = p - x: the product is exact)."""
+    p = gl.inline_asm_elementwise(SHFL, "=r,r", [x], dtype=gl.float32, is_pure=False, pack=1)
     sgn = gl.where((cols & H) != 0, -1.0, 1.0)
     return gl.fma(x, gl.expand_dims(sgn, 0), p)
 
 
 @gluon.jit
 def _hadamard(x, cols, CHUNK: gl.constexpr, BLOCK_D: gl.constexpr, LOG2_HAD: gl.constexpr,
-              L: gl.constexpr):
+              L: gl.constexpr, SHFL8: gl.constexpr, SHFL16: gl.constexpr):
     """Unnormalised Walsh-Hadamard transform of each row over aligned blocks of 2**LOG2_HAD
     columns, stages h = 1, 2, 4, ... in that order (as fp8_quant._hadamard_rows)."""
     if LOG2_HAD > 0:
@@ -130,9 +140,9 @@ def _hadamard(x, cols, CHUNK: gl.constexpr, BLOCK_D: gl.constexpr, LOG2_HAD: gl.
     if LOG2_HAD > 2:
         x = _bfly_regs(x, 4, CHUNK, BLOCK_D, L)
     if LOG2_HAD > 3:
-        x = _bfly_lanes(x, cols, 8)
+        x = _bfly_lanes(x, cols, 8, SHFL8)
     if LOG2_HAD > 4:
-        x = _bfly_lanes(x, cols, 16)
+        x = _bfly_lanes(x, cols, 16, SHFL16)
     if LOG2_HAD > 5:
         x = _bfly_regs(x, 32, CHUNK, BLOCK_D, L)
     if LOG2_HAD > 6:
@@ -145,7 +155,8 @@ def _hadamard(x, cols, CHUNK: gl.constexpr, BLOCK_D: gl.constexpr, LOG2_HAD: gl.
 @gluon.jit
 def _load_chunk(X, Signs, row0, b, h, stride_xb, stride_xs, stride_xh, seqlen, inv_sqrt_had,
                 HEAD_DIM: gl.constexpr, CHUNK: gl.constexpr, BLOCK_D: gl.constexpr,
-                ROTATE: gl.constexpr, LOG2_HAD: gl.constexpr, L: gl.constexpr):
+                ROTATE: gl.constexpr, LOG2_HAD: gl.constexpr, L: gl.constexpr,
+                SHFL8: gl.constexpr, SHFL16: gl.constexpr):
     """CHUNK rows from row0 of one (batch, head) as float32 in layout L, rotated if ROTATE;
     padding (rows past seqlen, columns past HEAD_DIM) reads 0, which leaves the amax unchanged."""
     rows = row0 + gl.arange(0, CHUNK, layout=gl.SliceLayout(1, L))
@@ -156,7 +167,8 @@ def _load_chunk(X, Signs, row0, b, h, stride_xb, stride_xs, stride_xh, seqlen, i
     x = gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
     if ROTATE:
         signs = gl.load(Signs + cols, mask=cols < HEAD_DIM, other=0.0)
-        x = _hadamard(x * gl.expand_dims(signs, 0), cols, CHUNK, BLOCK_D, LOG2_HAD, L)
+        x = _hadamard(x * gl.expand_dims(signs, 0), cols, CHUNK, BLOCK_D, LOG2_HAD, L, SHFL8,
+                      SHFL16)
         x = x * inv_sqrt_had
     return x
 
@@ -168,10 +180,29 @@ def _store_chunk(Data, x, inv, row0, b, h, stride_db, stride_ds, stride_dh, seql
     rows = row0 + gl.arange(0, CHUNK, layout=gl.SliceLayout(1, L))
     cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, L))
     mask = (gl.expand_dims(rows, 1) < seqlen) & (gl.expand_dims(cols, 0) < HEAD_DIM)
-    y = gl.minimum(gl.maximum(x * inv, -448.0), 448.0)
+    y = gl.minimum(gl.maximum(x * inv, -448.0, propagate_nan=NAN_ALL), 448.0,
+                   propagate_nan=NAN_ALL)
     ptrs = (Data + b * stride_db + h * stride_dh
             + gl.expand_dims(rows.to(gl.int64), 1) * stride_ds + gl.expand_dims(cols, 0))
     gl.store(ptrs, y.to(gl.float8e4nv), mask=mask)
+
+
+@gluon.jit
+def _max_nan(a, b):
+    return gl.maximum(a, b, propagate_nan=NAN_ALL)
+
+
+@gluon.jit
+def _tile_amax(x):
+    """max |x| over the chunk; NaN if any entry is NaN (as torch's amax)."""
+    return gl.reduce(gl.reduce(gl.abs(x), 1, _max_nan), 0, _max_nan)
+
+
+@gluon.jit
+def _scale_of(amax):
+    """fp8._scale_of: 1.0 for an all-zero tile, else max(amax / 448, MIN_SCALE); NaN stays NaN."""
+    return gl.where(amax == 0, 1.0, gl.maximum(gl.div_rn(amax, 448.0), MIN_SCALE,
+                                               propagate_nan=NAN_ALL))
 
 
 @gluon.jit
@@ -182,22 +213,23 @@ def _quantize_fp8_gluon(
     seqlen, heads, num_blocks, inv_sqrt_had,
     HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, CHUNK: gl.constexpr,
     ROTATE: gl.constexpr, LOG2_HAD: gl.constexpr, GIVEN_SCALE: gl.constexpr, L: gl.constexpr,
+    SHFL8: gl.constexpr, SHFL16: gl.constexpr,
 ):
-    """Grid (num_blocks, batch * heads), as fp8_quant._quantize_fp8_kernel (same arguments but
-    ROUND_IN_KERNEL, plus the chunk and its layout L)."""
-    pid_m = gl.program_id(0)
-    pid_bh = gl.program_id(1)
+    """Grid (batch * heads, num_blocks), as fp8_quant._quantize_fp8_kernel (same arguments but
+    ROUND_IN_KERNEL, plus the chunk, its layout L and the two shuffles' PTX)."""
+    pid_bh = gl.program_id(0)
+    pid_m = gl.program_id(1)
     b = (pid_bh // heads).to(gl.int64)
     h = (pid_bh % heads).to(gl.int64)
     row0 = pid_m * BLOCK_M
     if CHUNK == BLOCK_M:
         x = _load_chunk(X, Signs, row0, b, h, stride_xb, stride_xs, stride_xh, seqlen,
-                        inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE, LOG2_HAD, L)
+                        inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE, LOG2_HAD, L,
+                        SHFL8, SHFL16)
         if GIVEN_SCALE:
             scale = gl.load(TensorScale)
         else:
-            amax = gl.max(gl.max(gl.abs(x), 1), 0)
-            scale = gl.where(amax > 0, gl.maximum(gl.div_rn(amax, 448.0), MIN_SCALE), 1.0)
+            scale = _scale_of(_tile_amax(x))
             gl.store(Scales + pid_bh * num_blocks + pid_m, scale)
         _store_chunk(Data, x, gl.div_rn(1.0, scale), row0, b, h, stride_db, stride_ds, stride_dh, seqlen,
                      HEAD_DIM, CHUNK, BLOCK_D, L)
@@ -209,14 +241,16 @@ def _quantize_fp8_gluon(
             for c in range(0, BLOCK_M // CHUNK):
                 x = _load_chunk(X, Signs, row0 + c * CHUNK, b, h, stride_xb, stride_xs,
                                 stride_xh, seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D,
-                                ROTATE, LOG2_HAD, L)
-                amax = gl.maximum(amax, gl.max(gl.max(gl.abs(x), 1), 0))
-            scale = gl.where(amax > 0, gl.maximum(gl.div_rn(amax, 448.0), MIN_SCALE), 1.0)
+                                ROTATE, LOG2_HAD, L,
+                        SHFL8, SHFL16)
+                amax = _max_nan(amax, _tile_amax(x))
+            scale = _scale_of(amax)
             gl.store(Scales + pid_bh * num_blocks + pid_m, scale)
         inv = gl.div_rn(1.0, scale)
         for c in range(0, BLOCK_M // CHUNK):
             x = _load_chunk(X, Signs, row0 + c * CHUNK, b, h, stride_xb, stride_xs, stride_xh,
-                            seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE, LOG2_HAD, L)
+                            seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE, LOG2_HAD, L,
+                        SHFL8, SHFL16)
             _store_chunk(Data, x, inv, row0 + c * CHUNK, b, h, stride_db, stride_ds,
                          stride_dh, seqlen, HEAD_DIM, CHUNK, BLOCK_D, L)
 
@@ -231,9 +265,11 @@ def _constexprs(head_dim: int, block_size: int, rotate: bool, given_scale: bool,
                 hadamard_block: int, max_warps: int = _MAX_WARPS) -> tuple[dict, int]:
     block_d = block_d_of(head_dim)
     chunk, warps = launch_shape(block_size, head_dim, max_warps)
+    layout = quant_layout(chunk, block_d, warps)
     return ({"HEAD_DIM": head_dim, "BLOCK_M": block_size, "BLOCK_D": block_d, "CHUNK": chunk,
              "ROTATE": bool(rotate), "LOG2_HAD": _log2(hadamard_block) if rotate else 0,
-             "GIVEN_SCALE": bool(given_scale), "L": quant_layout(chunk, block_d, warps)}, warps)
+             "GIVEN_SCALE": bool(given_scale), "L": layout,
+             "SHFL8": shuffle_asm(layout, 8), "SHFL16": shuffle_asm(layout, 16)}, warps)
 
 
 def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadamard_block: int,
@@ -246,13 +282,17 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
                            "9.0; use fp8_quant.quantize elsewhere")
     bsz, seqlen, heads, head_dim = x.shape
     num_blocks = triton.cdiv(seqlen, block_size)
+    if num_blocks > MAX_BLOCKS:
+        raise ValueError(f"x has seqlen {seqlen}: with block_size {block_size} that is {num_blocks} "
+                         f"blocks per (batch, head), more than the quantiser's grid takes "
+                         f"({MAX_BLOCKS}); use a larger block_size")
     data = torch.empty((bsz, seqlen, heads, head_dim), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((bsz, heads, num_blocks), dtype=torch.float32, device=x.device)
     rotate = signs is not None
     constexprs, warps = _constexprs(head_dim, block_size, rotate, tensor_scale is not None,
                                     hadamard_block, max_warps)
     dummy = scales
-    _quantize_fp8_gluon[(num_blocks, bsz * heads)](
+    _quantize_fp8_gluon[(bsz * heads, num_blocks)](
         x, data, scales, signs if rotate else dummy,
         tensor_scale if tensor_scale is not None else dummy,
         x.stride(0), x.stride(1), x.stride(2),
