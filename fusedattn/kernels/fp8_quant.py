@@ -16,10 +16,7 @@ Every step is a fixed sequence of IEEE float32 operations, so the PyTorch versio
   BLAS and the GPU (where ``tl.dot`` on float32 also defaults to TF32), so its last bits, and then
   an occasional e4m3 code, would differ. The butterflies also cost d*log2(d) adds instead of d^2 FMAs;
 * the divisions are IEEE round-to-nearest (``tl.math.div_rn``: Triton's plain ``/`` on float32
-  compiles to the approximate ``div.full.f32`` on NVIDIA GPUs). x / scale per element is computed
-  from one reciprocal per tile, inv = RN(1 / scale), as q0 = x * inv followed by one correction
-  with the exact residual (``_divide``, Markstein's step: what the fast path of div.rn does
-  after its own reciprocal): 3 instructions instead of ~10 and a MUFU.RCP per element;
+  compiles to the approximate ``div.full.f32`` on NVIDIA GPUs);
 * the cast is round-to-nearest-even after a clamp to +-448 (e4m3fn has no infinity; 448 is its
   largest finite value). On the GPU the cast is the hardware's ``cvt.rn.satfinite.e4m3x2.f32``.
   Triton 3.6's interpreter converts float32 to fp8 wrongly (it rounds half up and drops the carry
@@ -39,8 +36,6 @@ __all__ = ["quantize", "compile_specs", "E4M3_MAX"]
 
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn value
 MIN_SCALE: tl.constexpr = tl.constexpr(2.0 ** -126)  # fp8.MIN_SCALE: 1 / scale stays finite
-SCALE_FAST_MIN: tl.constexpr = tl.constexpr(2.0 ** -90)  # _divide's range
-SCALE_FAST_MAX: tl.constexpr = tl.constexpr(2.0 ** 100)
 NAN_ALL: tl.constexpr = tl.constexpr(tl.PropagateNan.ALL)
 MAX_BLOCKS = 65535  # the grid's second axis (CUDA's limit for grid y): blocks per (batch, head)
 
@@ -65,19 +60,10 @@ def _tile_amax(x, INTERPRETER: tl.constexpr):
 
 
 @triton.jit
-def _divide(x, scale, inv, INTERPRETER: tl.constexpr):
-    """x / scale rounded as IEEE division (fp8_quant_gluon._divide: x * inv and one correction,
-    for scales in [2**-90, 2**100]; element by element otherwise, and in the interpreter, whose
-    fma is not fused)."""
-    if INTERPRETER:
-        y = tl.math.div_rn(x, tl.zeros_like(x) + scale)
-    else:
-        if (scale >= SCALE_FAST_MIN) & (scale <= SCALE_FAST_MAX):
-            q0 = x * inv
-            y = tl.fma(tl.fma(q0, -scale, x), inv, q0)
-        else:
-            y = tl.math.div_rn(x, tl.zeros_like(x) + scale)
-    return y
+def _divide(x, scale):
+    """x / scale, IEEE division per element (as in every GPU run so far; the Gluon kernel's
+    cheaper form of the same quotient, fp8_quant_gluon._divide, is to be measured first)."""
+    return tl.math.div_rn(x, tl.zeros_like(x) + scale)
 
 
 @triton.jit
@@ -213,7 +199,7 @@ def _quantize_fp8_kernel(
         else:
             scale = _scale_of(_tile_amax(x, ROUND_IN_KERNEL))
             tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
-        y = _divide(x, scale, tl.math.div_rn(1.0, scale), ROUND_IN_KERNEL)
+        y = _divide(x, scale)
         _store_q(Data, y, pid_m * BLOCK_M, b, h, stride_db, stride_ds, stride_dh, seqlen,
                  HEAD_DIM, BLOCK_M, BLOCK_D, ROUND_IN_KERNEL)
     else:
@@ -228,12 +214,11 @@ def _quantize_fp8_kernel(
                 amax = _max_nan(amax, _tile_amax(x, ROUND_IN_KERNEL))
             scale = _scale_of(amax)
             tl.store(Scales + pid_bh * num_blocks + pid_m, scale)
-        inv = tl.math.div_rn(1.0, scale)
         for c in tl.range(0, BLOCK_M // CHUNK):
             x = _load_rot(X, Signs, pid_m * BLOCK_M + c * CHUNK, b, h, stride_xb, stride_xs,
                           stride_xh, seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE,
                           LOG2_HAD)
-            y = _divide(x, scale, inv, ROUND_IN_KERNEL)
+            y = _divide(x, scale)
             _store_q(Data, y, pid_m * BLOCK_M + c * CHUNK, b, h, stride_db, stride_ds, stride_dh,
                      seqlen, HEAD_DIM, CHUNK, BLOCK_D, ROUND_IN_KERNEL)
 
