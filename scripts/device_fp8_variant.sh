@@ -23,7 +23,7 @@ source scripts/device_steps.sh
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.limit --format=csv > "$out/smi.txt" 2>&1
 if [ "${QUANT:-0}" = 1 ]; then
   step quant_tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_fp8.py \
-    -k "gluon or kernel_matches or chunked or per_tensor or public_paths or tiny"
+    -k "gluon or kernel_matches or chunked or per_tensor or public_paths or tiny or nonfinite or division or grid_limit"
   step quant_speed 90 python3 scripts/quant_speed.py "$out/quant"
 fi
 step dev "${DEV_CAP:-240}" python3 scripts/hopper_fp8_dev.py "$out/dev" --budget $(( ${DEV_CAP:-240} - 30 ))
