@@ -628,10 +628,11 @@ def _near_e4m3_boundaries(n, seed):
 
 
 def test_division_correction_step_is_ieee_division():
-    """The Gluon quantiser's x / scale (fp8_quant_gluon._divide): q0 = RN(x * RN(1 / scale)),
-    then RN(q0 + RN(x - scale * q0) * inv) with fused multiply-adds, equals IEEE division on
-    quotients at and around e4m3's rounding boundaries (checked here in exact rational
-    arithmetic; the GPU test checks the kernel)."""
+    """The Gluon quantiser's x / scale (fp8_quant_gluon._divide): scale and x times the power
+    of two 2**k that brings the scale into [1, 2), inv = RN(1 / sn), q0 = RN(xn * inv), then
+    RN(q0 + RN(xn - sn * q0) * inv) with fused multiply-adds, equals IEEE division on quotients
+    at and around e4m3's rounding boundaries (checked here in exact rational arithmetic; the GPU
+    test checks the kernel)."""
     from fractions import Fraction
     x, scale = _near_e4m3_boundaries(4000, seed=11)
 
@@ -644,9 +645,13 @@ def test_division_correction_step_is_ieee_division():
         return min(cands, key=key).item()
 
     for xi, si in zip(x.tolist(), scale.tolist()):
-        inv = rn32(1 / Fraction(si))
-        q0 = rn32(Fraction(xi) * Fraction(inv))
-        res = rn32(Fraction(xi) - Fraction(si) * Fraction(q0))
+        e = (int(torch.tensor(si).view(torch.int32).item()) >> 23) & 0xFF
+        pow2 = Fraction(2) ** (127 - e)
+        sn, xn = Fraction(si) * pow2, rn32(Fraction(xi) * pow2)    # sn exact, in [1, 2)
+        assert 1 <= sn < 2
+        inv = rn32(1 / sn)
+        q0 = rn32(Fraction(xn) * Fraction(inv))
+        res = rn32(Fraction(xn) - sn * Fraction(q0))
         q = rn32(Fraction(q0) + Fraction(res) * Fraction(inv))
         assert q == rn32(Fraction(xi) / Fraction(si)), (xi, si)
 

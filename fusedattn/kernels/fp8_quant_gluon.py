@@ -50,8 +50,6 @@ _MIN_BLOCK_D = 16          # narrower rows are padded to 16 columns (masked, nev
 _VALUES_PER_THREAD = 64    # float32 values of a chunk per thread
 _MAX_WARPS = 8
 MIN_SCALE: gl.constexpr = gl.constexpr(2.0 ** -126)   # fp8.MIN_SCALE
-SCALE_FAST_MIN: gl.constexpr = gl.constexpr(2.0 ** -90)   # _divide's range
-SCALE_FAST_MAX: gl.constexpr = gl.constexpr(2.0 ** 100)
 NAN_ALL: gl.constexpr = gl.constexpr(tl.PropagateNan.ALL)
 
 
@@ -135,22 +133,13 @@ def _hadamard(x, cols, CHUNK: gl.constexpr, BLOCK_D: gl.constexpr, LOG2_HAD: gl.
               L: gl.constexpr, SHFL8: gl.constexpr, SHFL16: gl.constexpr):
     """Unnormalised Walsh-Hadamard transform of each row over aligned blocks of 2**LOG2_HAD
     columns, stages h = 1, 2, 4, ... in that order (as fp8_quant._hadamard_rows)."""
-    if LOG2_HAD > 0:
-        x = _bfly_regs(x, 1, CHUNK, BLOCK_D, L)
-    if LOG2_HAD > 1:
-        x = _bfly_regs(x, 2, CHUNK, BLOCK_D, L)
-    if LOG2_HAD > 2:
-        x = _bfly_regs(x, 4, CHUNK, BLOCK_D, L)
-    if LOG2_HAD > 3:
-        x = _bfly_lanes(x, cols, 8, SHFL8)
-    if LOG2_HAD > 4:
-        x = _bfly_lanes(x, cols, 16, SHFL16)
-    if LOG2_HAD > 5:
-        x = _bfly_regs(x, 32, CHUNK, BLOCK_D, L)
-    if LOG2_HAD > 6:
-        x = _bfly_regs(x, 64, CHUNK, BLOCK_D, L)
-    if LOG2_HAD > 7:
-        x = _bfly_regs(x, 128, CHUNK, BLOCK_D, L)
+    for i in gl.static_range(LOG2_HAD):
+        if i == 3:
+            x = _bfly_lanes(x, cols, 8, SHFL8)
+        elif i == 4:
+            x = _bfly_lanes(x, cols, 16, SHFL16)
+        else:
+            x = _bfly_regs(x, 1 << i, CHUNK, BLOCK_D, L)
     return x
 
 
@@ -176,29 +165,35 @@ def _load_chunk(X, Signs, row0, b, h, stride_xb, stride_xs, stride_xh, seqlen, i
 
 
 @gluon.jit
-def _divide(x, scale, inv):
-    """x / scale rounded as IEEE division, from inv = RN(1 / scale): q0 = x * inv, then one
-    correction with the exact residual x - scale * q0 (Markstein's step, as the fast path of the
-    GPU's div.rn does per element after its own reciprocal): 3 instructions instead of ~10 and a
-    MUFU per element. Used for scales in [2**-90, 2**100], where every quotient that can round to a
-    nonzero e4m3 code (>= 2**-10) has a normal dividend and an exactly representable residual;
-    other scales (blocks with amax below ~4e-25 or above ~5e32) divide element by element."""
-    if (scale >= SCALE_FAST_MIN) & (scale <= SCALE_FAST_MAX):
-        q0 = x * inv
-        y = gl.fma(gl.fma(q0, -scale, x), inv, q0)
-    else:
-        y = gl.div_rn(x, gl.zeros_like(x) + scale)
-    return y
+def _divide(x, scale):
+    """x / scale rounded as IEEE division, without a division per element: with 2**k the power of
+    two that brings the scale into [1, 2) (sn = scale * 2**k, xn = x * 2**k, both exact), one
+    reciprocal per tile, inv = RN(1 / sn), then per element q0 = RN(xn * inv) and one correction
+    with the exact residual, RN(q0 + RN(xn - sn * q0) * inv) (Markstein's step; the fast path of
+    div.rn does the same after its own reciprocal): 4 instructions instead of ~10 and a MUFU.
+    Exact where it matters: every quotient that can round to a nonzero e4m3 code (>= 2**-10) has
+    a normal xn and a residual that float32 represents exactly. A scale of inf or NaN gives
+    x / scale there too: with 2**k = sn = 1 and inv = 1 / scale (0 or NaN), q0 = x * inv and the
+    correction gives 0 for finite x and NaN otherwise. Only per-tile scalars are selected: no
+    branch around the element-wise code (a branch cost ~40 registers)."""
+    e = (scale.to(gl.int32, bitcast=True) >> 23) & 0xFF
+    finite = e < 254          # every finite scale: amax / 448 < 2**120
+    pow2 = gl.where(finite, ((254 - e) << 23).to(gl.float32, bitcast=True), 1.0)   # 2**(127-e)
+    sn = gl.where(finite, scale * pow2, 1.0)
+    inv = gl.div_rn(1.0, gl.where(finite, sn, scale))
+    xn = x * pow2
+    q0 = xn * inv
+    return gl.fma(gl.fma(q0, -sn, xn), inv, q0)
 
 
 @gluon.jit
-def _store_chunk(Data, x, scale, inv, row0, b, h, stride_db, stride_ds, stride_dh, seqlen,
+def _store_chunk(Data, x, scale, row0, b, h, stride_db, stride_ds, stride_dh, seqlen,
                  HEAD_DIM: gl.constexpr, CHUNK: gl.constexpr, BLOCK_D: gl.constexpr,
                  L: gl.constexpr):
     rows = row0 + gl.arange(0, CHUNK, layout=gl.SliceLayout(1, L))
     cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, L))
     mask = (gl.expand_dims(rows, 1) < seqlen) & (gl.expand_dims(cols, 0) < HEAD_DIM)
-    y = gl.minimum(gl.maximum(_divide(x, scale, inv), -448.0, propagate_nan=NAN_ALL), 448.0,
+    y = gl.minimum(gl.maximum(_divide(x, scale), -448.0, propagate_nan=NAN_ALL), 448.0,
                    propagate_nan=NAN_ALL)
     ptrs = (Data + b * stride_db + h * stride_dh
             + gl.expand_dims(rows.to(gl.int64), 1) * stride_ds + gl.expand_dims(cols, 0))
@@ -249,7 +244,7 @@ def _quantize_fp8_gluon(
         else:
             scale = _scale_of(_tile_amax(x))
             gl.store(Scales + pid_bh * num_blocks + pid_m, scale)
-        _store_chunk(Data, x, scale, gl.div_rn(1.0, scale), row0, b, h, stride_db, stride_ds, stride_dh, seqlen,
+        _store_chunk(Data, x, scale, row0, b, h, stride_db, stride_ds, stride_dh, seqlen,
                      HEAD_DIM, CHUNK, BLOCK_D, L)
     else:
         if GIVEN_SCALE:
@@ -264,12 +259,11 @@ def _quantize_fp8_gluon(
                 amax = _max_nan(amax, _tile_amax(x))
             scale = _scale_of(amax)
             gl.store(Scales + pid_bh * num_blocks + pid_m, scale)
-        inv = gl.div_rn(1.0, scale)
         for c in range(0, BLOCK_M // CHUNK):
             x = _load_chunk(X, Signs, row0 + c * CHUNK, b, h, stride_xb, stride_xs, stride_xh,
                             seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE, LOG2_HAD, L,
                         SHFL8, SHFL16)
-            _store_chunk(Data, x, scale, inv, row0 + c * CHUNK, b, h, stride_db, stride_ds,
+            _store_chunk(Data, x, scale, row0 + c * CHUNK, b, h, stride_db, stride_ds,
                          stride_dh, seqlen, HEAD_DIM, CHUNK, BLOCK_D, L)
 
 
