@@ -725,7 +725,8 @@ def _check_nonfinite(data, scales, x, ref_data, ref_scales):
     finite = ~ref_scales.isnan()
     assert torch.equal(scales.cpu()[finite], ref_scales[finite])
     assert torch.equal(codes.isnan(), ref.isnan())
-    assert torch.equal(codes[~ref.isnan()], ref[~ref.isnan()])
+    keep = ~ref.isnan()
+    assert torch.equal(_bits(data.cpu())[keep], _bits(ref_data)[keep])   # zeros' signs too
     # what the module docstring promises: a NaN makes its block's scale NaN, an inf makes it inf
     assert scales[0, 0, 0].isnan() and scales[0, 1, 1].isinf() and scales[0, 1, 2].isinf()
     assert codes[0, 3, 0, 5].isnan() and codes[0, 20, 1, 7].isnan() and codes[0, 40, 1, 9].isnan()
@@ -755,13 +756,44 @@ def test_gluon_division_near_e4m3_boundaries():
     """Per-tensor scale (given), so that each entry's quotient is the constructed one: codes at
     and around e4m3's rounding boundaries equal _quantize_torch's (IEEE division)."""
     from fusedattn.kernels import fp8_quant_gluon as G
-    for seed in range(4):
+    for seed in range(32):
         x, scale = _near_e4m3_boundaries(64 * 128, seed)
         ts = scale[:1].clone()
         x = (x.double() / scale.double() * ts.double()).float().reshape(1, 64, 1, 128)
         ref_data, _ = _quantize_torch(x, 64, None, 128, ts)
         data, _ = G.quantize(x.cuda(), 64, None, 128, ts.cuda())
         assert torch.equal(_bits(data.cpu()), _bits(ref_data)), seed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="the Gluon quantiser runs on sm_90 GPUs")
+def test_gluon_signed_zeros_and_extreme_scales():
+    """Codes equal the torch twin's bit for bit (the sign of zero included) for -0.0 and tiny
+    negative entries, blocks at the scale floor 2**-126, blocks of float32 subnormals, and blocks
+    whose scale is near the largest one amax / 448 can reach."""
+    from fusedattn.kernels import fp8_quant_gluon as G
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn((1, 96, 2, 64), generator=g, dtype=torch.float32)
+    x[0, :16, 0, ::2] = -0.0                                   # block 0: -0.0 among normal values
+    x[0, :16, 0, 1::4] = -1e-30                                # and tiny negatives
+    x[0, 16:32] = 0.0
+    x[0, 16:32, :, ::3] = -0.0                                 # block 1: all zeros, some negative
+    x[0, 32:48] *= 1e-37                                       # block 2: at the floor 2**-126
+    x[0, 48:64] = torch.randint(-8, 9, (16, 2, 64), generator=g).float() * 1e-45  # subnormals
+    x[0, 64:80] *= 3e37                                        # block 4: scale ~2**119
+    x[0, 80:96, :, 3] = float("inf")                           # block 5: an inf per row
+    for rotate in (False, True):
+        signs = random_signs(64, seed=2) if rotate else None
+        ref_data, ref_scales = _quantize_torch(x, 16, signs, 64)
+        data, scales = G.quantize(x.cuda(), 16, signs.cuda() if rotate else None, 64)
+        if not rotate:                                         # the case the kernel once missed
+            assert (_bits(ref_data)[0, 16:32, :, ::3] == 0x80).all()
+        assert torch.equal(scales.cpu().isnan(), ref_scales.isnan())
+        fin = ~ref_scales.isnan()
+        assert torch.equal(scales.cpu()[fin], ref_scales[fin]), rotate
+        assert torch.equal(data.float().cpu().isnan(), ref_data.float().isnan()), rotate
+        keep = ~ref_data.float().isnan()
+        assert torch.equal(_bits(data.cpu())[keep], _bits(ref_data)[keep]), rotate
 
 
 @pytest.mark.gpu
