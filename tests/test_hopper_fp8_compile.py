@@ -853,3 +853,45 @@ print(list(masked_loop(F.get_config(128, True, 256)) + masked_loop(F.variant_con
     # the split form has none (the 3 left are the loop's own 64-bit tests, not per score)
     assert row_ex >= 128 and ms_ex < 8
     assert ms_n < row_n - 150
+
+
+_LAUNCH_PATH = r"""
+import json, sys
+sys.path.insert(0, "scripts")
+import torch
+import hopper_dev2 as D
+D.install_mock_sm90_driver()
+from fusedattn.kernels import hopper_fp8_fwd as F
+F._num_sms = lambda device: 132
+from fusedattn.fp8 import quantize_fp8
+out = []
+for d, causal, name in json.loads(sys.argv[1]):
+    cfg = F.get_config(d, causal) if name is None else F.variant_config(name, d, causal)
+    g = torch.Generator().manual_seed(d)
+    q, k, v = (torch.randn(1, 300, 2, d, generator=g, dtype=torch.bfloat16) for _ in range(3))
+    qq = quantize_fp8(q, role="q", rotate=True)
+    kq = quantize_fp8(k, role="k", rotate=True, block_size=cfg.block_n)
+    vq = quantize_fp8(v, role="v", block_size=cfg.block_n)
+    k = F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _warmup=True)
+    out.append([d, causal, name, type(k).__name__])
+print(json.dumps(out))
+"""
+
+
+def test_launch_path_specialises_and_compiles_under_a_stand_in_sm90_driver():
+    """forward(..., _warmup=True) under a stand-in sm_90a driver on CPU tensors
+    (scripts/hopper_dev2.install_mock_sm90_driver): Triton's own binder specialises the launch's
+    arguments (descriptors, the optional o_desc None or O's descriptor, the scale pointers) and
+    compiles, for every table row and the session-14 candidates (v_perm, o_tma); nothing is
+    launched. The launch path is otherwise only exercised on a GPU."""
+    cases = [[d, c, None] for d in (64, 128, 256) for c in (False, True)]
+    cases += [[256, False, "vp"], [256, False, "ot"], [256, True, "vpo"], [128, False, "vp256n"],
+              [128, True, "vp256c"], [128, False, "ot256n"]]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-c", _LAUNCH_PATH, json.dumps(cases)], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [g[:3] for g in got] == cases
+    assert all(g[3] == "CompiledKernel" for g in got), got
