@@ -171,22 +171,18 @@ def _quantize_torch(x: torch.Tensor, block_size: int, signs: torch.Tensor | None
     else:
         scales = tensor_scale.to(torch.float32).reshape(1, 1, 1).expand(bsz, heads, nb)
     scales = scales.contiguous()
-    y = _ieee_div(blocks, scales.transpose(1, 2)[:, :, None, :, None])
+    y = blocks / scales.transpose(1, 2)[:, :, None, :, None]
     y = y.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     data = y.reshape(bsz, nb * block_size, heads, d)[:, :seqlen].contiguous()
     return data, scales
 
 
-def _ieee_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a / b rounded once (IEEE), on any device: both operands tensors of one device. (On CUDA,
-    PyTorch divides by a Python scalar as a multiply by its reciprocal, which rounds twice.)"""
-    return a / b
-
-
 def _scale_of(amax: torch.Tensor) -> torch.Tensor:
     """float32 amax -> scale: 1.0 where amax is 0, else amax / 448 but at least MIN_SCALE; NaN
     and inf stay (the kernels' arithmetic)."""
-    scale = torch.clamp(_ieee_div(amax, torch.full_like(amax, E4M3_MAX)), min=MIN_SCALE)
+    # a tensor divisor: on CUDA, PyTorch divides by a Python scalar as a multiply by its
+    # reciprocal (two roundings); tensor by tensor is IEEE division on every device
+    scale = torch.clamp(amax / torch.full_like(amax, E4M3_MAX), min=MIN_SCALE)
     return torch.where(amax == 0, torch.ones_like(amax), scale)
 
 

@@ -264,10 +264,7 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
     log2_had = hadamard_block.bit_length() - 1 if rotate else 0
     inv_sqrt_had = _inv_sqrt_f32(hadamard_block) if rotate else 1.0
     dummy = scales  # unused pointer arguments
-    if num_blocks > MAX_BLOCKS:
-        raise ValueError(f"x has seqlen {seqlen}: with block_size {block_size} that is {num_blocks} "
-                         f"blocks per (batch, head), more than the quantiser's grid takes "
-                         f"({MAX_BLOCKS}); use a larger block_size")
+    check_blocks(seqlen, block_size)
     grid = (bsz * heads, num_blocks)
     if chunk is None:
         chunk, shipped_warps = launch_shape(head_dim, rotate)
@@ -290,6 +287,27 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
     return data, scales
 
 
+def check_blocks(seqlen: int, block_size: int) -> None:
+    """The grids put the blocks of one (batch, head) on their second axis: at most MAX_BLOCKS."""
+    num_blocks = triton.cdiv(seqlen, block_size)
+    if num_blocks > MAX_BLOCKS:
+        raise ValueError(f"x has seqlen {seqlen}: with block_size {block_size} that is {num_blocks} "
+                         f"blocks per (batch, head), more than the quantiser's grid takes "
+                         f"({MAX_BLOCKS}); use a larger block_size")
+
+
+def kernel_signature(dtype: torch.dtype, constexprs: dict) -> tuple[dict, tuple]:
+    """The quantiser kernels' argument types for an ahead-of-time compile (both kernels take the
+    same runtime arguments), and the arguments a contiguous launch finds 16-divisible."""
+    ptrs = {"X": f"*{triton_dtype(dtype)}", "Data": "*fp8e4nv", "Scales": "*fp32",
+            "Signs": "*fp32", "TensorScale": "*fp32"}
+    strides = ("stride_xb", "stride_xs", "stride_xh", "stride_db", "stride_ds", "stride_dh")
+    signature = {**ptrs, **{s: "i32" for s in strides}, "seqlen": "i32", "heads": "i32",
+                 "num_blocks": "i32", "inv_sqrt_had": "fp32",
+                 **{name: "constexpr" for name in constexprs}}
+    return signature, tuple(ptrs) + strides
+
+
 def _inv_sqrt_f32(n: int) -> float:
     """1/sqrt(n) rounded to float32 (as a Python float): the same constant on every path."""
     return float(torch.tensor(n, dtype=torch.float64).rsqrt().to(torch.float32))
@@ -305,18 +323,12 @@ def compile_specs(head_dim: int, dtype: torch.dtype, block_size: int = 128, rota
         num_warps = num_warps or shipped_warps
     if chunk and (chunk >= block_size or block_size % chunk):
         chunk = 0
-    t = triton_dtype(dtype)
     block_d = triton.next_power_of_2(head_dim)
     had = head_dim & -head_dim
-    ptrs = {"X": f"*{t}", "Data": "*fp8e4nv", "Scales": "*fp32", "Signs": "*fp32",
-            "TensorScale": "*fp32"}
-    strides = ["stride_xb", "stride_xs", "stride_xh", "stride_db", "stride_ds", "stride_dh"]
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_M": block_size, "BLOCK_D": block_d,
                   "ROTATE": bool(rotate), "LOG2_HAD": (had.bit_length() - 1) if rotate else 0,
                   "GIVEN_SCALE": bool(given_scale), "ROUND_IN_KERNEL": False, "CHUNK": chunk}
-    signature = {**ptrs, **{s: "i32" for s in strides}, "seqlen": "i32", "heads": "i32",
-                 "num_blocks": "i32", "inv_sqrt_had": "fp32",
-                 **{name: "constexpr" for name in constexprs}}
+    signature, divisible = kernel_signature(dtype, constexprs)
     nw = num_warps or _num_warps(min(chunk, block_size) if chunk else block_size, block_d)
     return [CompileSpec("quantize_fp8", _quantize_fp8_kernel, signature, constexprs,
-                        nw, 1, divisible=tuple(ptrs) + tuple(strides))]
+                        nw, 1, divisible=divisible)]

@@ -42,7 +42,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 import triton.language as tl
 
-from .fp8_quant import MAX_BLOCKS, _inv_sqrt_f32
+from .fp8_quant import _inv_sqrt_f32, check_blocks, kernel_signature
 
 __all__ = ["quantize", "launch_shape", "quant_layout", "supports", "compile_sm90"]
 
@@ -61,8 +61,13 @@ def block_d_of(head_dim: int) -> int:
     return max(_MIN_BLOCK_D, triton.next_power_of_2(head_dim))
 
 
+def _lane_col_bits(block_d: int) -> int:
+    """How many column bits the layout puts on lanes: bits 3 and 4, where block_d has them."""
+    return max(0, min(5, _log2(block_d)) - 3)
+
+
 def _rows_per_warp(block_d: int) -> int:
-    return 32 >> len(range(3, min(5, _log2(block_d))))
+    return 32 >> _lane_col_bits(block_d)
 
 
 def launch_shape(block_size: int, head_dim: int, max_warps: int = _MAX_WARPS) -> tuple[int, int]:
@@ -82,7 +87,7 @@ def quant_layout(chunk: int, block_d: int, num_warps: int) -> gl.DistributedLine
     """The (chunk, block_d) register layout described in the module docstring."""
     n = _log2(block_d)
     col = [[0, 1 << i] for i in range(n)]
-    lane_cols = col[3:5]
+    lane_cols = col[3:3 + _lane_col_bits(block_d)]
     row_lane_bits = 5 - len(lane_cols)
     warp_bits = _log2(num_warps)
     covered = 1 << (row_lane_bits + warp_bits)
@@ -243,8 +248,8 @@ def _quantize_fp8_gluon(
     row0 = pid_m * BLOCK_M
     if CHUNK == BLOCK_M:
         x = _load_chunk(X, Signs, row0, b, h, stride_xb, stride_xs, stride_xh, seqlen,
-                        inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE, LOG2_HAD, L,
-                        SHFL8, SHFL16)
+                        inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE, LOG2_HAD, L, SHFL8,
+                        SHFL16)
         if GIVEN_SCALE:
             scale = gl.load(TensorScale)
         else:
@@ -260,15 +265,14 @@ def _quantize_fp8_gluon(
             for c in range(0, BLOCK_M // CHUNK):
                 x = _load_chunk(X, Signs, row0 + c * CHUNK, b, h, stride_xb, stride_xs,
                                 stride_xh, seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D,
-                                ROTATE, LOG2_HAD, L,
-                        SHFL8, SHFL16)
+                                ROTATE, LOG2_HAD, L, SHFL8, SHFL16)
                 amax = _max_nan(amax, _tile_amax(x))
             scale = _scale_of(amax)
             gl.store(Scales + pid_bh * num_blocks + pid_m, scale)
         for c in range(0, BLOCK_M // CHUNK):
             x = _load_chunk(X, Signs, row0 + c * CHUNK, b, h, stride_xb, stride_xs, stride_xh,
                             seqlen, inv_sqrt_had, HEAD_DIM, CHUNK, BLOCK_D, ROTATE, LOG2_HAD, L,
-                        SHFL8, SHFL16)
+                            SHFL8, SHFL16)
             _store_chunk(Data, x, scale, row0 + c * CHUNK, b, h, stride_db, stride_ds,
                          stride_dh, seqlen, HEAD_DIM, CHUNK, BLOCK_D, L)
 
@@ -299,11 +303,8 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
         raise RuntimeError("fp8_quant_gluon.quantize runs on CUDA devices of compute capability "
                            "9.0; use fp8_quant.quantize elsewhere")
     bsz, seqlen, heads, head_dim = x.shape
+    check_blocks(seqlen, block_size)
     num_blocks = triton.cdiv(seqlen, block_size)
-    if num_blocks > MAX_BLOCKS:
-        raise ValueError(f"x has seqlen {seqlen}: with block_size {block_size} that is {num_blocks} "
-                         f"blocks per (batch, head), more than the quantiser's grid takes "
-                         f"({MAX_BLOCKS}); use a larger block_size")
     data = torch.empty((bsz, seqlen, heads, head_dim), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((bsz, heads, num_blocks), dtype=torch.float32, device=x.device)
     rotate = signs is not None
@@ -329,17 +330,10 @@ def compile_sm90(head_dim: int, dtype: torch.dtype, block_size: int = 128, rotat
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from .triton_common import triton_dtype
-
     had = head_dim & -head_dim
     constexprs, warps = _constexprs(head_dim, block_size, rotate, given_scale, had, max_warps)
-    ptrs = {"X": f"*{triton_dtype(dtype)}", "Data": "*fp8e4nv", "Scales": "*fp32",
-            "Signs": "*fp32", "TensorScale": "*fp32"}
-    strides = ["stride_xb", "stride_xs", "stride_xh", "stride_db", "stride_ds", "stride_dh"]
-    signature = {**ptrs, **{s: "i32" for s in strides}, "seqlen": "i32", "heads": "i32",
-                 "num_blocks": "i32", "inv_sqrt_had": "fp32",
-                 **{name: "constexpr" for name in constexprs}}
+    signature, divisible = kernel_signature(dtype, constexprs)
     names = list(signature)
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in list(ptrs) + strides}
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in divisible}
     src = GluonASTSource(_quantize_fp8_gluon, signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
