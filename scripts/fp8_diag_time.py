@@ -26,7 +26,7 @@ for d, causal, s in ((256, False, 2048), (256, False, 8192), (256, True, 8192),
     row = F.get_config(d, causal, kvb)
     flops = 4 * b * h * s * s * d / (2 if causal else 1)
     out = []
-    for name, cfg in (("row", row), ("no_transpose", replace(row, diag_no_transpose=True))):
+    for name, cfg in (("row", row), ("no_transpose", replace(row, diag_no_transpose=True, v_perm=False))):
         fn = lambda: F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)  # noqa: E731
         ms = min(triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(2))
         out.append(f"{name} {flops / ms / 1e9:.0f}")

@@ -48,9 +48,10 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (128, False, "no_ldsm"),     # the 128-key rows without the ldsm transpose (run 15)
     (256, True, "no_ldsm"),
     (256, False, "split"),       # session-8 candidate (not adopted): one-warp loader, 2-warp transposer
-    (256, False, "vp"),          # session-14 candidate: V^T rows permuted (v_perm)
-    (128, True, "vp256c"),       # the same on the persistent 256-key causal row
-    (256, True, "vpo"),          # session-14 candidate: v_perm + O through the staging ring (o_tma)
+    (256, False, "ot"),          # hdim 256's row without v_perm (the rows since run 77 have both)
+    (256, True, "vp"),           # hdim 256's row without o_tma
+    (128, True, "pq256s"),       # hdim 128 causal's 256-key row before run 79 (no v_perm)
+    (128, False, "vp256n"),      # hdim 128 non-causal's 256-key row without o_tma (run 79)
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -256,7 +257,7 @@ def test_variants_table():
                  128: F.Fp8FwdConfig(num_stages=2, v_stages=2),
                  256: F.Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False)}
     chosen = {64: ["pack_fma_pp", "lpt"], 128: ["pack_fma_pp", "unser_ldsm", "lpt"],
-              256: ["fma_pp", "ldsm", "lpt"]}
+              256: ["fma_pp", "ldsm", "lpt", "vpo"]}   # vpo: device run 77
     row = {}
     for d in F.SUPPORTED_HEAD_DIMS:
         want = first_run[d]
@@ -270,8 +271,8 @@ def test_variants_table():
         (64, True, 256): replace(row[64], **F.VARIANTS["pq256s"][0]),     # device run 37
         (128, False, 128): row[128],
         (128, True, 128): replace(row[128], **F.VARIANTS["serial"][0]),
-        (128, False, 256): replace(row[128], **n256),
-        (128, True, 256): replace(row[128], **F.VARIANTS["pq256s"][0]),   # device run 37
+        (128, False, 256): replace(row[128], **F.VARIANTS["vpo256n"][0]),  # device runs 18, 79
+        (128, True, 256): replace(row[128], **F.VARIANTS["vp256c"][0]),   # device runs 37, 79
         (256, False, 128): row[256], (256, True, 128): row[256],
     }
     assert F.CONFIGS == expected
@@ -571,7 +572,7 @@ def test_ldsm_transpose_uses_transposing_loads(reports):
             assert n_ld == 4 * (d // 64) * (r["config"]["block_n"] // 128) * per_warp, (d, n_ld)
             base = by.get((d, causal, "no_ldsm"))
             if base is not None and variant in (None, "@128") and r["config"]["block_n"] == 128 \
-                    and base["config"] == dict(r["config"], ldsm_transpose=False):
+                    and base["config"] == dict(r["config"], ldsm_transpose=False, v_perm=False):
                 assert r["ptx_counts"]["prmt.b32"] < base["ptx_counts"]["prmt.b32"]
                 compared += 1
         else:
@@ -634,8 +635,8 @@ def test_v_perm_makes_the_transpose_stores_conflict_free(reports):
     wavefronts of these stores). The same loads, stores, permutes and GEMMs as the row, no
     spills; the row's own stores are unchanged."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
-    for vp, row in (((256, False, "vp"), (256, False, None)),
-                    ((128, True, "vp256c"), (128, True, None))):
+    for vp, row in (((256, False, None), (256, False, "ot")),
+                    ((128, True, None), (128, True, "pq256s"))):
         a, b = by[vp], by[row]
         assert a["config"]["v_perm"] and not b["config"]["v_perm"]
         assert b["vt_store_lane_bases"] and a["vt_store_lane_bases"]
@@ -655,15 +656,20 @@ def test_o_tma_stores_o_through_the_staging_ring(reports):
     memory (the ring is reused), no spills; refused where a program runs several tiles (the
     ring is reloaded for the next one) or with the split producer."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
-    a, row = by[(256, True, "vpo")], by[(256, True, None)]
+    for a, row in ((by[(256, True, None)], by[(256, True, "vp")]),
+                   (by[(128, False, None)], by[(128, False, "vp256n")])):
+        _check_o_tma(a, row)
+    for bad in (dict(persistent=True), dict(split_producer=True), dict(v_stages=1)):
+        with pytest.raises(ValueError, match="o_tma"):
+            F.compile_sm90(256, False, F.get_config(256, False, o_tma=True, **bad))
+
+
+def _check_o_tma(a, row):
     assert a["config"]["o_tma"] and a["config"]["v_perm"]
     assert row["sass_counts"]["UTMASTG"] == 0 and row["stg_o"] > 0
     assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0
     assert a["ptx_counts"]["stmatrix"] > row["ptx_counts"]["stmatrix"]
     assert a["shared_bytes"] == row["shared_bytes"] and a["spill_stores"] == 0
-    for bad in (dict(persistent=True), dict(split_producer=True), dict(v_stages=1)):
-        with pytest.raises(ValueError, match="o_tma"):
-            F.compile_sm90(256, False, F.get_config(256, False, o_tma=True, **bad))
 
 
 def test_unpack_prmt_keeps_wgmma_asynchronous(report):
@@ -885,8 +891,8 @@ def test_launch_path_specialises_and_compiles_under_a_stand_in_sm90_driver():
     compiles, for every table row and the session-14 candidates (v_perm, o_tma); nothing is
     launched. The launch path is otherwise only exercised on a GPU."""
     cases = [[d, c, None] for d in (64, 128, 256) for c in (False, True)]
-    cases += [[256, False, "vp"], [256, False, "ot"], [256, True, "vpo"], [128, False, "vp256n"],
-              [128, True, "vp256c"], [128, False, "ot256n"]]
+    cases += [[256, False, "ot"], [256, True, "vp"], [128, False, "n256"],
+              [128, True, "pq256s"], [128, False, "ot256n"], [128, False, "vp256n"]]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     res = subprocess.run([sys.executable, "-c", _LAUNCH_PATH, json.dumps(cases)], cwd=ROOT,

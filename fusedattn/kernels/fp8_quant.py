@@ -26,6 +26,7 @@ Every step is a fixed sequence of IEEE float32 operations, so the PyTorch versio
 
 from __future__ import annotations
 
+import functools
 import torch
 import triton
 import triton.language as tl
@@ -308,6 +309,7 @@ def kernel_signature(dtype: torch.dtype, constexprs: dict) -> tuple[dict, tuple]
     return signature, tuple(ptrs) + strides
 
 
+@functools.lru_cache(maxsize=None)
 def _inv_sqrt_f32(n: int) -> float:
     """1/sqrt(n) rounded to float32 (as a Python float): the same constant on every path."""
     return float(torch.tensor(n, dtype=torch.float64).rsqrt().to(torch.float32))

@@ -36,6 +36,8 @@ sm_90, ``fp8_quant.quantize`` (the Triton kernel) runs. The GPU tests check this
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -44,7 +46,7 @@ import triton.language as tl
 
 from .fp8_quant import _inv_sqrt_f32, check_blocks, kernel_signature
 
-__all__ = ["quantize", "launch_shape", "quant_layout", "supports", "compile_sm90"]
+__all__ = ["quantize", "launch_shape", "pick_max_warps", "quant_layout", "supports", "compile_sm90"]
 
 _MIN_BLOCK_D = 16          # narrower rows are padded to 16 columns (masked, never stored)
 _VALUES_PER_THREAD = 64    # float32 values of a chunk per thread
@@ -81,6 +83,18 @@ def launch_shape(block_size: int, head_dim: int, max_warps: int = _MAX_WARPS) ->
     chunk = min(block_size, max(_rows_per_warp(block_d) * warps,
                                 _VALUES_PER_THREAD * 32 * warps // block_d))
     return chunk, warps
+
+
+def pick_max_warps(block_size: int, head_dim: int, rotate: bool) -> int:
+    """The launch's warp cap when the caller names none: 16 where it turns a two-pass rotating
+    launch into a one-pass one, otherwise 8. Device runs 77-78 (scripts/quant_speed.py, bare
+    kernel, 2 x 8192 rows x 2048 columns of bf16): rotating 256 x 128 blocks 60 -> 51 us and
+    128 x 256 71 -> 63 us with 16 warps; the plain (v) blocks of the same shapes 35 -> 38 us
+    (two passes over L2 cost less than 512-thread programs when nothing is rotated)."""
+    if rotate and launch_shape(block_size, head_dim, 8)[0] < block_size \
+            and launch_shape(block_size, head_dim, 16)[0] == block_size:
+        return 16
+    return _MAX_WARPS
 
 
 def quant_layout(chunk: int, block_d: int, num_warps: int) -> gl.DistributedLinearLayout:
@@ -191,7 +205,10 @@ def _divide(x, scale):
     finite = e < 254
     pow2 = gl.where(finite, ((254 - e) << 23).to(gl.float32, bitcast=True), 1.0)   # 2**(127-e)
     sn = gl.where(finite, scale * pow2, 1.0)
-    ninv = -gl.div_rn(1.0, gl.where(finite, sn, scale))
+    # -1 / s, not -(1 / s): Triton lowers unary minus to 0 - v, which turns +0 (the quotient
+    # 1 / inf) into +0 instead of -0, and every code of an inf-scale block then had the wrong
+    # zero sign (device run 77)
+    ninv = gl.div_rn(-1.0, gl.where(finite, sn, scale))
     nxn = x * (-pow2)                                  # -xn, exact
     q0 = nxn * ninv                                    # RN(xn * inv), a zero with x's sign
     return gl.fma(gl.fma(q0, sn, nxn), ninv, q0)       # RN(q0 + RN(xn - sn * q0) * inv)
@@ -283,8 +300,12 @@ def supports(x: torch.Tensor) -> bool:
             and torch.cuda.get_device_capability(x.device) == (9, 0))
 
 
+@functools.lru_cache(maxsize=256)
 def _constexprs(head_dim: int, block_size: int, rotate: bool, given_scale: bool,
                 hadamard_block: int, max_warps: int = _MAX_WARPS) -> tuple[dict, int]:
+    """The launch's constexprs and warp count, cached: building the layout and the shuffles'
+    asm takes ~60 us of host time, which the short launches of an end-to-end call paid three
+    times (device run 80). Callers pass the dict on as keywords and never change it."""
     block_d = block_d_of(head_dim)
     chunk, warps = launch_shape(block_size, head_dim, max_warps)
     layout = quant_layout(chunk, block_d, warps)
@@ -295,10 +316,10 @@ def _constexprs(head_dim: int, block_size: int, rotate: bool, given_scale: bool,
 
 
 def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadamard_block: int,
-             tensor_scale: torch.Tensor | None = None, max_warps: int = _MAX_WARPS,
+             tensor_scale: torch.Tensor | None = None, max_warps: int | None = None,
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """As fp8_quant.quantize (same arguments and results), on an sm_90 GPU (``supports``);
-    max_warps: see launch_shape (the results do not depend on it)."""
+    max_warps: see launch_shape, default pick_max_warps (the results do not depend on it)."""
     if not supports(x):
         raise RuntimeError("fp8_quant_gluon.quantize runs on CUDA devices of compute capability "
                            "9.0; use fp8_quant.quantize elsewhere")
@@ -308,6 +329,8 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
     data = torch.empty((bsz, seqlen, heads, head_dim), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((bsz, heads, num_blocks), dtype=torch.float32, device=x.device)
     rotate = signs is not None
+    if max_warps is None:
+        max_warps = pick_max_warps(block_size, head_dim, rotate)
     constexprs, warps = _constexprs(head_dim, block_size, rotate, tensor_scale is not None,
                                     hadamard_block, max_warps)
     dummy = scales

@@ -254,7 +254,11 @@ CONFIGS = {
     (128, True, 128): replace(_ROW128, **_BLOCKWISE),
     # 256-key tiles block by block (variant n256), device run 18: s=2048/8192 non-causal 731/876
     # vs 600/707 (+22/+24%; FA3-FP8 842/929 in that process)
-    (128, False, 256): replace(_ROW128, block_n=256, **_BLOCKWISE),
+    # Then v_perm and o_tma as in hdim 256's rows (variant vpo256n), device run 79 (rotated
+    # rounds beside this row): s=2048/4096/8192 756/800/853 vs 692/767/823 (+9.4/+4.3/+3.6%);
+    # o_tma alone (ot256n) +10.5/+4.5/+4.2%, v_perm alone (vp256n) +4.9/+2.7/+2.7%; the
+    # previous row is variant n256.
+    (128, False, 256): replace(_ROW128, block_n=256, v_perm=True, o_tma=True, **_BLOCKWISE),
     # 256-key tiles block by block with the causal mask alone (variant n256c: no bounds test, which
     # the bottom-right mask implies), device run 23: s=2048/8192 501/772 vs 489/678 (+2.5/+13.9%;
     # FA3-FP8 692/876 in that process). Spills 16 B: two row indices of consumer warpgroup 0
@@ -266,16 +270,24 @@ CONFIGS = {
     # last within the rounds' spread of 4-13%); per tile ~1 key block less outside the key loop
     # (clock stamps, fp8_log.md session 9). The same loop dealt by the static stride (pq256)
     # fell to 0.74x at 16384 (programs up to 54% apart in work).
+    # Then V^T's rows permuted (v_perm, variant vp256c; o_tma is for one-tile programs), device
+    # run 79 (rotated rounds): s=2048/4096/8192 557/672/738 vs 540/649/702 (+3.1/+3.6/+5.1%); the
+    # previous row is variant pq256s.
     (128, True, 256): replace(_ROW128, block_n=256, causal_mask_only=True, persistent=True,
-                              early_q=True, sched_table=True, **_BLOCKWISE),
+                              early_q=True, sched_table=True, v_perm=True, **_BLOCKWISE),
     # block by block with FFMA softmax and pingpong (variant fma_pp), device run 7:
     # s=2048/8192 non-causal 851/962 vs 813/922, causal 643/863 vs 620/849 (+2..5%).
     # Then the V transpose through ldmatrix.trans (variant ldsm), device run 15: s=2048/8192
     # non-causal 877/1005 vs 852/966 (+2.9/+4.1%), causal 657/894 vs 642/867 (+2.5/+3.1%); and
     # causal tiles longest first (variant lpt, alone: causal +0.3/+5.3%). The overlapped loop
     # (variant ov256) was no better than ldsm alone (+2.6/+4.0%, causal -3.9/+2.1%).
-    (256, False, 128): _ROW256,
-    (256, True, 128): _ROW256,
+    # Then V^T's rows permuted so that the transpose's stores are free of bank conflicts
+    # (v_perm) and O stored through the V staging ring by one TMA store (o_tma): variant vpo,
+    # device run 77 (rotated rounds beside the row, same process): s=2048/8192 non-causal
+    # 935/1005 vs 801/939 (+16.8/+7.1%), causal 774/980 vs 616/874 (+25.7/+12.2%); v_perm
+    # alone +3.7..7.5%, o_tma alone +5.5..22.4%.
+    (256, False, 128): replace(_ROW256, v_perm=True, o_tma=True),
+    (256, True, 128): replace(_ROW256, v_perm=True, o_tma=True),
 }
 
 
@@ -309,12 +321,12 @@ VARIANTS = {
     "fma_pp": ({"softmax_fma": True, "pingpong": True}, ()),
     # session 3 (fp8_log.md): the persistent tile loop on top of each head dim's row
     # (measured in run 11 at every head dim: -24..+5%, not adopted; not timed again)
-    "persistent": ({"persistent": True}, ()),
+    "persistent": ({"persistent": True, "o_tma": False}, ()),
     # session 4 (fp8_log.md, "Where the FP8 kernel's time goes"): the V transpose with
     # ldmatrix.trans, on top of each head dim's row (hdim 64 spills 4 B with it: not listed);
     # device run 15: +1..4% at 128 / 256, in both rows since
     "ldsm": ({"ldsm_transpose": True}, ()),
-    "no_ldsm": ({"ldsm_transpose": False}, ()),   # the hdim 128 / 256 rows before run 15
+    "no_ldsm": ({"ldsm_transpose": False, "v_perm": False}, ()),   # the hdim 128 / 256 rows before run 15
     # session 4: P unpacked without the predicated mov (the shipped hdim 64 / 128 rows' wgmmas are
     # all serialised by ptxas, C7513); alone and with the ldsm transpose. Device run 15: unser
     # +3..7% at 128 (predicted +15..40%), flat at 64; unser_ldsm in hdim 128's row since
@@ -379,7 +391,7 @@ VARIANTS = {
     # (sequential) the same. Prediction +4..10%: wrong. Not adopted: the copies' barriers and
     # issue code are not what the transpose costs
     "split": ({"split_producer": True, "producer_regs": 48, "consumer_regs": 232,
-               "causal_mask_only": True}, ()),
+               "causal_mask_only": True, "o_tma": False, "v_perm": False}, ()),
     # the control for split's causal cells: the hdim 256 row with the mask alone (run 30: causal
     # 8k +4.5%, non-causal, where it is the row's code, +2.1/+3.1%: noise)
     "cmo": ({"causal_mask_only": True}, ()),
@@ -387,7 +399,7 @@ VARIANTS = {
     # loops, as the row does. Device run 30: -2.5% non-causal 8k, -1.8/-1.5% causal 2k/8k
     "split_n256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                     "causal_mask_only": True, "split_producer": True, "producer_regs": 48,
-                    "consumer_regs": 232}, ()),
+                    "consumer_regs": 232, "o_tma": False, "v_perm": False}, ()),
     # session 8: the persistent tile loop on the 256-key rows (block by block; 0 spills at hdim
     # 64 and 128 with the mask alone; hdim 256's 128-key row spills 72 B in its loops with it).
     # Runs 26/31 put a per-tile cost of ~1.8 key blocks (hdim 128) on our kernel against ~0.8 for
@@ -400,28 +412,28 @@ VARIANTS = {
     # script's sequential timing the same within 1%). Prediction +5..12% at 2k: wrong; not
     # adopted (the 8k cells lose)
     "pn256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
-               "causal_mask_only": True, "persistent": True}, ()),
+               "causal_mask_only": True, "persistent": True, "o_tma": False}, ()),
     # session 8, after run 35's stamps (fp8_log.md): pn256 with Q released after the tile's last
     # QK^T (not its last P V) and the next tile's first V / K loaded before that release.
     # Device runs 36-37 (rounds): +4.6% non-causal 2k, -1.3% 4k, -4.5% 8k at hdim 128 (the
     # one-tile rows stay); causal +9.8% 2k, +1.4..3.4% 8k, 0.74x at 16k (the static stride's
     # imbalance): in the causal rows since with the table (pq256s)
     "pq256": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
-               "causal_mask_only": True, "persistent": True, "early_q": True}, ()),
+               "causal_mask_only": True, "persistent": True, "early_q": True, "o_tma": False}, ()),
     # session 9 (fp8_log.md): pq256 with the causal tiles dealt by a host-built table
     # (sched_table) instead of the static stride (run 36's pq256: a simulation of that stride
     # puts programs 12.5% apart in work at causal 2k, 6% at 8k, 54% at 16k with 16 heads).
     # Device run 37: the (64, True, 256) and (128, True, 256) rows since
     "pq256s": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
-                "sched_table": True}, ()),
+                "sched_table": True, "o_tma": False}, ()),
     # session 9, end (fp8_log.md): the same persistent form at hdim 256 (128-key tiles), where
     # each tile spends ~4.4 key blocks outside its key loop (run 35's stamps). Spills 44 B causal
     # / 84 B non-causal whatever the register split (232-248 / 24-48 tried): scalars of the tile
     # loop in both consumer warpgroups, reloaded per tile; none inside a key-block loop (SASS
     # checked on the CPU). Not yet run on a GPU
     "pq128": ({"persistent": True, "early_q": True, "sched_table": True,
-               "causal_mask_only": True}, (256,)),
+               "causal_mask_only": True, "o_tma": False}, (256,)),
     # session 9, end (fp8_log.md): the masked blocks' compares in the split form (mask_split):
     # 32-bit compares with immediates, 1 per score (the rows: a 64-bit compare, 2 ISETP, and
     # 0.5 LOP3 per score). hdim 128 causal masked block 1275 -> 1080 instructions (unmasked 815).
@@ -430,22 +442,29 @@ VARIANTS = {
     # stores are free of bank conflicts (run 24: 2x the ideal wavefronts; FA3: none), O's columns
     # put back in the epilogue; on the hdim 256 rows (vp) and hdim 128's 256-key rows (vp256n:
     # non-causal, vp256c: causal). Not yet run on a GPU
-    "vp": ({"v_perm": True}, (256,)),
+    # Device run 77 (rounds at hdim 256, 2k / 8k): vp +3.7..7.5%, ot +5.5..22.4%, vpo
+    # +7.1..25.7%: vpo in hdim 256's rows since. vp and ot are each switch alone (the other one
+    # off), so that they stay the controls of the rows' code (tests/test_hopper_fp8_compile.py)
+    "vp": ({"v_perm": True, "o_tma": False}, ()),
     # session 14: O through the V staging ring and one TMA store (o_tma) on the one-tile rows
     # (hdim 256; hdim 128's non-causal 256-key row: ot256n), and with v_perm (vpo)
-    "ot": ({"o_tma": True}, (256,)),
-    "vpo": ({"v_perm": True, "o_tma": True}, (256,)),
+    "ot": ({"o_tma": True, "v_perm": False}, ()),
+    "vpo": ({"v_perm": True, "o_tma": True}, ()),
     "ot256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
-                "o_tma": True}, (128,)),
+                "o_tma": True}, ()),
     "vp256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
-                "v_perm": True}, (128,)),
+                "v_perm": True}, ()),
+    # session 16, after run 77: both on hdim 128's non-causal 256-key row. Device run 79: vpo256n
+    # in the (128, False, 256) row since, vp256c in the (128, True, 256) row (see CONFIGS)
+    "vpo256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                 "v_perm": True, "o_tma": True}, ()),
     "vp256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
-                "sched_table": True, "v_perm": True}, (128,)),
+                "sched_table": True, "v_perm": True, "o_tma": False}, ()),
     "ms": ({"mask_split": True}, (256,)),
     "ms256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
-                "sched_table": True, "mask_split": True}, (64, 128)),
+                "sched_table": True, "mask_split": True, "o_tma": False}, (64, 128)),
 }
 
 
