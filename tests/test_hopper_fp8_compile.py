@@ -52,6 +52,8 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (256, True, "vp"),           # hdim 256's row without o_tma
     (128, True, "pq256s"),       # hdim 128 causal's 256-key row before run 79 (no v_perm)
     (128, False, "vp256n"),      # hdim 128 non-causal's 256-key row without o_tma (run 79)
+    (128, True, "oh256c"),       # session-16 candidate: O through its own half-tile buffer (o_half)
+    (64, True, "oh64c"),         # the same on hdim 64's persistent causal row
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -664,6 +666,25 @@ def test_o_tma_stores_o_through_the_staging_ring(reports):
             F.compile_sm90(256, False, F.get_config(256, False, o_tma=True, **bad))
 
 
+def test_o_half_stores_o_through_its_own_buffer_in_turn(reports):
+    """o_half (session 16): in the persistent causal rows each consumer warpgroup writes its O into
+    one half-tile buffer of its own (M_WG x head_dim x 2 bytes), taken in turn, and sends it with
+    a TMA store, where the rows store through pointers; no spills, shared memory within the
+    limit; refused outside the persistent rows and with o_tma."""
+    by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
+    for d, name in ((128, "oh256c"), (64, "oh64c")):
+        a, row = by[(d, True, name)], by[(d, True, None)]
+        assert a["config"]["o_half"] and a["config"]["persistent"] and not row["config"]["o_half"]
+        assert row["sass_counts"]["UTMASTG"] == 0 and row["stg_o"] > 0
+        assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0
+        # the buffer (64 rows of bf16) and its two turn barriers on top of the row's memory
+        assert a["shared_bytes"] - row["shared_bytes"] in range(64 * d * 2, 64 * d * 2 + 64)
+        assert a["shared_bytes"] <= SMEM_LIMIT and a["spill_stores"] == 0
+    for bad in (dict(persistent=False, early_q=False, sched_table=False), dict(o_tma=True)):
+        with pytest.raises(ValueError, match="o_half"):
+            F.compile_sm90(128, True, F.get_config(128, True, o_half=True, **bad))
+
+
 def _check_o_tma(a, row):
     assert a["config"]["o_tma"] and a["config"]["v_perm"]
     assert row["sass_counts"]["UTMASTG"] == 0 and row["stg_o"] > 0
@@ -892,7 +913,8 @@ def test_launch_path_specialises_and_compiles_under_a_stand_in_sm90_driver():
     launched. The launch path is otherwise only exercised on a GPU."""
     cases = [[d, c, None] for d in (64, 128, 256) for c in (False, True)]
     cases += [[256, False, "ot"], [256, True, "vp"], [128, False, "n256"],
-              [128, True, "pq256s"], [128, False, "ot256n"], [128, False, "vp256n"]]
+              [128, True, "pq256s"], [128, False, "ot256n"], [128, False, "vp256n"],
+              [128, True, "oh256c"], [64, True, "oh64c"]]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     res = subprocess.run([sys.executable, "-c", _LAUNCH_PATH, json.dumps(cases)], cwd=ROOT,

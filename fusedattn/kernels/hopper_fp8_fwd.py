@@ -163,6 +163,11 @@ class Fp8FwdConfig:
                            # follow in a one-tile program) and sends it out with one TMA store,
                            # instead of 4-byte pointer stores (~4.8k cycles per hdim 256 tile,
                            # run 35)
+    o_half: bool = False   # persistent rows (session 16, off until measured on a GPU): O through
+                           # one half-tile bf16 buffer of its own (M_WG x head_dim, 16 KB at hdim
+                           # 128) that the two consumer warpgroups take in turn each tile
+                           # (warpgroup 0, then 1; two mbarriers), then one TMA store per
+                           # warpgroup: o_tma's store where the staging ring is not free
     # --- timing diagnostic (session 7), WRONG RESULTS: forward() runs it only with _diagnostic ---
     diag_no_transpose: bool = False  # the producer skips the V transpose (V^T left stale): how
                                      # much of the time the transpose's issue slots cost
@@ -461,6 +466,15 @@ VARIANTS = {
     "vp256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
                 "sched_table": True, "v_perm": True, "o_tma": False}, ()),
+    # session 16 (after run 80): O through a half-tile buffer of its own and a TMA store in the
+    # persistent causal rows (o_half), on hdim 128's row (with v_perm) and hdim 64's. Not yet run
+    # on a GPU
+    "oh256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                "causal_mask_only": True, "persistent": True, "early_q": True,
+                "sched_table": True, "v_perm": True, "o_tma": False, "o_half": True}, (128,)),
+    "oh64c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+               "causal_mask_only": True, "persistent": True, "early_q": True,
+               "sched_table": True, "o_tma": False, "o_half": True}, (64,)),
     "ms": ({"mask_split": True}, (256,)),
     "ms256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
@@ -1099,10 +1113,15 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               PACK_P: gl.constexpr = False, PINGPONG: gl.constexpr = False,
               tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False,
               LPT: gl.constexpr = False, STAMPS: gl.constexpr = False,
-              EARLY_Q: gl.constexpr = False, o_desc=None, vs_smem=None):
+              EARLY_Q: gl.constexpr = False, o_desc=None, vs_smem=None, o_buf=None,
+              o_turn=None):
     """One tile of one consumer warpgroup. PERSISTENT: the tile `tile`, with the K / V^T rings at
     kv_base and Q's phase q_phase; Q is released (q_empty) after the tile's last QK^T, and the
-    pingpong turns run on from the previous tile (the caller opened the first one)."""
+    pingpong turns run on from the previous tile (the caller opened the first one).
+    o_desc: O leaves through shared memory and a TMA store: o_tma (one-tile programs) through
+    V staging slot WG (vs_smem), o_half (persistent) through o_buf, taken in turn: o_turn[0]
+    completes when warpgroup 0's store of this tile has read the buffer, o_turn[1] when
+    warpgroup 1's has; q_phase (the program's tile count & 1) gives the phases."""
     M_WG: gl.constexpr = BLOCK_M // 2
     fp8: gl.constexpr = q_smem.dtype
     if PERSISTENT:
@@ -1289,20 +1308,33 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
                    (m_i + gl.log2(l_i) - 8.0) * 0.6931471805599453)  # ln(l / 256) + m
 
     if o_desc is not None:
-        # o_tma: this warpgroup's O through the V staging ring (O tile WG of it: 32 KB at hdim
-        # 256, half of the ring), then one TMA store; the copy engine clips rows past seqlen_q.
-        # The ring is free: this warpgroup waited for its last block's V^T, published after the
-        # producer's last read of the ring, and a one-tile program loads nothing after it (with
-        # no key block nothing was loaded at all)
-        # the ring (boxes of 128 x 64 e4m3, 8 KB) seen as O tiles of M_WG x HEAD_DIM x 2 bytes
-        N_O: gl.constexpr = vs_smem.shape[0] * 8192 // (M_WG * HEAD_DIM * 2)
-        o_stage = vs_smem._reinterpret(o_desc.dtype, [N_O] + o_desc.block_type.shape,
-                                       o_desc.layout).index(WG)
+        if o_turn is not None:
+            # o_half: warpgroup 0 waits until warpgroup 1's store of the previous tile has read
+            # the buffer (the program's first tile passes: parity 1 of a fresh barrier),
+            # warpgroup 1 until warpgroup 0's store of this tile has
+            if WG == 0:
+                mbarrier.wait(o_turn.index(1), q_phase ^ 1)
+            else:
+                mbarrier.wait(o_turn.index(0), q_phase)
+            o_stage = o_buf
+        else:
+            # o_tma: this warpgroup's O through the V staging ring (O tile WG of it: 32 KB at
+            # hdim 256, half of the ring). The ring is free: this warpgroup waited for its last
+            # block's V^T, published after the producer's last read of the ring, and a one-tile
+            # program loads nothing after it (with no key block nothing was loaded at all).
+            # The ring (boxes of 128 x 64 e4m3, 8 KB) seen as O tiles of M_WG x HEAD_DIM x 2 B
+            N_O: gl.constexpr = vs_smem.shape[0] * 8192 // (M_WG * HEAD_DIM * 2)
+            o_stage = vs_smem._reinterpret(o_desc.dtype, [N_O] + o_desc.block_type.shape,
+                                           o_desc.layout).index(WG)
+        # one TMA store of the warpgroup's rows; the copy engine clips rows past seqlen_q
         o_stage.reshape([M_WG, HEAD_DIM]).store(out.to(o_desc.dtype))
         fence_async_shared()
         gl.thread_barrier()   # the warpgroup's rows are all written
         tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0], o_stage)
-        tma.store_wait(0)
+        tma.store_wait(0)     # (.read: until the copy has read shared memory)
+        if o_turn is not None:
+            gl.thread_barrier()
+            mbarrier.arrive(o_turn.index(WG), count=1)
     else:
         rows_o = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_o)
         cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
@@ -1394,7 +1426,8 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                          NUM_STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                          PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
                          PINGPONG: gl.constexpr, STAMPS: gl.constexpr = False,
-                         EARLY_Q: gl.constexpr = False, SCHED: gl.constexpr = False):
+                         EARLY_Q: gl.constexpr = False, SCHED: gl.constexpr = False,
+                         o_desc=None, o_buf=None, o_turn=None):
     # pingpong: each tile leaves one arrival on barrier 10 (the one-tile kernel exits with it),
     # which is the opening of the next tile's first turn; so warpgroup 0 opens only once
     if PINGPONG:
@@ -1410,7 +1443,7 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                   kv_nblk, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
                   FMA, PACK_P, PINGPONG, tile, c, i & 1, q_empty, True, STAMPS=STAMPS,
-                  EARLY_Q=EARLY_Q)
+                  EARLY_Q=EARLY_Q, o_desc=o_desc, o_buf=o_buf, o_turn=o_turn)
         c += n_blocks
         i += 1
 
@@ -1425,13 +1458,13 @@ def _consumer_persistent_wg0(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
                              PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
                              STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
-                             SCHED: gl.constexpr = False):
+                             SCHED: gl.constexpr = False, o_desc=None, o_buf=None, o_turn=None):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk, num_tiles, sched_ptr, 0, CAUSAL, BLOCK_M, BLOCK_N,
                          HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, STAMPS,
-                         EARLY_Q, SCHED)
+                         EARLY_Q, SCHED, o_desc, o_buf, o_turn)
 
 
 @gluon.jit
@@ -1443,13 +1476,14 @@ def _consumer_persistent_wg1(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k
                              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
                              PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
-                             EARLY_Q: gl.constexpr = False, SCHED: gl.constexpr = False):
+                             EARLY_Q: gl.constexpr = False, SCHED: gl.constexpr = False,
+                             o_desc=None, o_buf=None, o_turn=None):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk, num_tiles, sched_ptr, 1, CAUSAL, BLOCK_M, BLOCK_N,
                          HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, False,
-                         EARLY_Q, SCHED)
+                         EARLY_Q, SCHED, o_desc, o_buf, o_turn)
 
 
 @gluon.jit
@@ -1540,17 +1574,29 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
         q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(q_empty, count=2)  # one arrival per consumer warpgroup
         num_tiles = q_desc.shape[0] * heads * num_m_tiles
+        if o_desc is not None:
+            # o_half: one M_WG-row O buffer of its own, the consumer warpgroups in turn
+            o_buf = gl.allocate_shared_memory(o_desc.dtype, o_desc.block_type.shape,
+                                              o_desc.layout)
+            o_turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            mbarrier.init(o_turn.index(0), count=1)
+            mbarrier.init(o_turn.index(1), count=1)
+        else:
+            o_buf: gl.constexpr = None   # (a constexpr: warp_specialize's arguments need one)
+            o_turn: gl.constexpr = None
         gl.warp_specialize([
             (_consumer_persistent_wg0, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                 kv_nblk, num_tiles, sched_ptr, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
-                OVERLAP, PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, STAMPS, EARLY_Q, SCHED)),
+                OVERLAP, PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, STAMPS, EARLY_Q, SCHED,
+                o_desc, o_buf, o_turn)),
             (_consumer_persistent_wg1, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                 kv_nblk, num_tiles, sched_ptr, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
-                OVERLAP, PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, EARLY_Q, SCHED)),
+                OVERLAP, PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, EARLY_Q, SCHED,
+                o_desc, o_buf, o_turn)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                 q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                 seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles, sched_ptr,
@@ -1627,8 +1673,10 @@ def _num_sms(device) -> int:
 
 
 def shared_memory_bytes(head_dim: int, cfg: Fp8FwdConfig) -> int:
-    """Shared memory of the tiles (1 byte each): Q, the K ring, the V staging ring, the V^T ring."""
-    return head_dim * (cfg.block_m + (2 * cfg.num_stages + cfg.v_stages) * cfg.block_n)
+    """Shared memory of the tiles (1 byte each): Q, the K ring, the V staging ring, the V^T ring;
+    with o_half, O's half-tile buffer (2 bytes each)."""
+    return head_dim * (cfg.block_m + (2 * cfg.num_stages + cfg.v_stages) * cfg.block_n
+                       + (cfg.block_m if cfg.o_half else 0))
 
 
 def _tma_ready(t: torch.Tensor) -> torch.Tensor:
@@ -1888,8 +1936,8 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     args = (q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
             seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
             qq.block_size, qs.shape[-1], ks.shape[-1], sched)
-    cx["o_desc"] = (_descriptor(out, cfg.block_m // 2, head_dim, o_smem_layout()) if cfg.o_tma
-                    else None)
+    cx["o_desc"] = (_descriptor(out, cfg.block_m // 2, head_dim, o_smem_layout())
+                    if cfg.o_tma or cfg.o_half else None)
     if _warmup:
         return attn_fp8_fwd_kernel.warmup(*args, grid=grid, **cx, num_warps=cfg.num_warps,
                                           maxnreg=cfg.maxnreg)
@@ -1927,6 +1975,9 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
         raise ValueError("split_producer needs ldsm_transpose=True, persistent=False and "
                          "diag_no_transpose=False (its transposer is the ldmatrix one, on two "
                          "warps; the persistent loop keeps the one-warpgroup producer)")
+    if cfg.o_half and not (cfg.persistent and not cfg.o_tma):
+        raise ValueError("o_half is for the persistent rows (persistent=True, o_tma=False): the "
+                         "one-tile rows store O through the staging ring instead (o_tma)")
     if cfg.o_tma and (cfg.persistent or cfg.split_producer or cfg.v_stages < 2):
         raise ValueError("o_tma is for the one-tile rows with the one-warpgroup producer and two "
                          "V staging slots (persistent=False, split_producer=False, v_stages >= 2): "
@@ -1968,7 +2019,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig
     constexprs = _constexprs(head_dim, causal, cfg)
     for name in constexprs:
         signature[name] = "constexpr"
-    if cfg.o_tma:
+    if cfg.o_tma or cfg.o_half:
         signature["o_desc"] = (f"tensordesc<{out_dtype}[1, {cfg.block_m // 2}, 1, {head_dim}],"
                                f"{o_smem_layout()!r}>")
     src = GluonASTSource(attn_fp8_fwd_kernel, signature, constexprs=constexprs)
