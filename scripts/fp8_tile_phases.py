@@ -58,8 +58,9 @@ def main():
                 vq = fusedattn.quantize_fp8(v, role="v", block_size=cfg.block_n)
         else:
             row = F.get_config(d, causal, kvb)
-            # o_tma is for one-tile programs: the persistent form stores O through pointers
-            cfg = replace(row, diag_stamps=True, persistent=pers, o_tma=row.o_tma and not pers)
+            # o_tma is for one-tile programs, o_half for persistent ones
+            cfg = replace(row, diag_stamps=True, persistent=pers, o_tma=row.o_tma and not pers,
+                          o_half=row.o_half and pers)
         for _ in range(30):   # warm, at the power-limited clock
             F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
         _, lse = F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)

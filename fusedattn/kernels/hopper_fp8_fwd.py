@@ -1333,6 +1333,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
         tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0], o_stage)
         tma.store_wait(0)     # (.read: until the copy has read shared memory)
         if o_turn is not None:
+            # needed: the store is split into copies issued by lanes of two warps, each waiting
+            # for its own; the arrive below is thread 0's alone
             gl.thread_barrier()
             mbarrier.arrive(o_turn.index(WG), count=1)
     else:
