@@ -35,8 +35,8 @@ the FP8 attention kernel loads, so each tile comes with exactly one scale):
 On CUDA tensors the quantisation runs as one fused kernel: on sm_90 the Gluon one
 (``kernels/fp8_quant_gluon.py``: register layout chosen by hand, no shared memory between the
 rotation's stages; ``USE_GLUON_QUANTISER``), elsewhere the portable Triton one
-(``kernels/fp8_quant.py``). Both give the same bits. On the CPU the Triton kernel runs in Triton's interpreter when
-``TRITON_INTERPRET=1`` was set before Triton was imported, and otherwise :func:`_quantize_torch`,
+(``kernels/fp8_quant.py``). Both give the same bits. On the CPU the Triton kernel runs in
+Triton's interpreter when ``TRITON_INTERPRET=1`` was set before Triton was imported, and otherwise :func:`_quantize_torch`,
 the same float32 arithmetic in PyTorch (also the tests' oracle for the kernels, which must agree
 with it bit for bit).
 
@@ -135,6 +135,8 @@ def _hadamard_rows_torch(x: torch.Tensor, block: int) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=None)
 def _inv_sqrt_f32(n: int) -> float:
+    """1/sqrt(n) rounded to float32 (as a Python float): the same constant on every path (the
+    torch twin and both quantiser kernels)."""
     return float(torch.tensor(n, dtype=torch.float64).rsqrt().to(torch.float32))
 
 

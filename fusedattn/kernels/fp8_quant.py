@@ -26,11 +26,11 @@ Every step is a fixed sequence of IEEE float32 operations, so the PyTorch versio
 
 from __future__ import annotations
 
-import functools
 import torch
 import triton
 import triton.language as tl
 
+from ..fp8 import _inv_sqrt_f32
 from .triton_common import CompileSpec, triton_dtype, use_interpreter
 
 __all__ = ["quantize", "compile_specs", "E4M3_MAX"]
@@ -309,10 +309,6 @@ def kernel_signature(dtype: torch.dtype, constexprs: dict) -> tuple[dict, tuple]
     return signature, tuple(ptrs) + strides
 
 
-@functools.lru_cache(maxsize=None)
-def _inv_sqrt_f32(n: int) -> float:
-    """1/sqrt(n) rounded to float32 (as a Python float): the same constant on every path."""
-    return float(torch.tensor(n, dtype=torch.float64).rsqrt().to(torch.float32))
 
 
 def compile_specs(head_dim: int, dtype: torch.dtype, block_size: int = 128, rotate: bool = True,

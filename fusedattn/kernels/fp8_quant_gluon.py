@@ -44,7 +44,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 import triton.language as tl
 
-from .fp8_quant import _inv_sqrt_f32, check_blocks, kernel_signature
+from ..fp8 import _inv_sqrt_f32
+from .fp8_quant import check_blocks, kernel_signature
 
 __all__ = ["quantize", "launch_shape", "pick_max_warps", "quant_layout", "supports", "compile_sm90"]
 
@@ -302,10 +303,13 @@ def supports(x: torch.Tensor) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _constexprs(head_dim: int, block_size: int, rotate: bool, given_scale: bool,
-                hadamard_block: int, max_warps: int = _MAX_WARPS) -> tuple[dict, int]:
-    """The launch's constexprs and warp count, cached: building the layout and the shuffles'
-    asm takes ~60 us of host time, which the short launches of an end-to-end call paid three
-    times (device run 80). Callers pass the dict on as keywords and never change it."""
+                hadamard_block: int, max_warps: int | None = _MAX_WARPS) -> tuple[dict, int]:
+    """The launch's constexprs and warp count (max_warps None: pick_max_warps), cached: building
+    the layout and the shuffles' asm takes ~60 us of host time, which the short launches of an
+    end-to-end call paid three times (device run 80). Callers pass the dict on as keywords and
+    never change it."""
+    if max_warps is None:
+        max_warps = pick_max_warps(block_size, head_dim, rotate)
     block_d = block_d_of(head_dim)
     chunk, warps = launch_shape(block_size, head_dim, max_warps)
     layout = quant_layout(chunk, block_d, warps)
@@ -329,8 +333,6 @@ def quantize(x: torch.Tensor, block_size: int, signs: torch.Tensor | None, hadam
     data = torch.empty((bsz, seqlen, heads, head_dim), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((bsz, heads, num_blocks), dtype=torch.float32, device=x.device)
     rotate = signs is not None
-    if max_warps is None:
-        max_warps = pick_max_warps(block_size, head_dim, rotate)
     constexprs, warps = _constexprs(head_dim, block_size, rotate, tensor_scale is not None,
                                     hadamard_block, max_warps)
     dummy = scales
