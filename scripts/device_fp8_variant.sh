@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device call for one FP8 candidate (a name of hopper_fp8_fwd.VARIANTS): checks first, then
+# One device call for FP8 candidates (names of hopper_fp8_fwd.VARIANTS, comma-separated): checks first, then
 # timing only if the checks passed. Every step has its own cap and the whole run a deadline; full
 # logs under OUT, a short summary last.
 #     [EXTRA_VARIANTS="a b"] [QUANT=1] bash scripts/device_fp8_variant.sh OUT VARIANT "d,causal,seqlen;..." [DEADLINE_S (540)]
-# (EXTRA_VARIANTS: other candidates stamped and timed beside it, not checked here; QUANT=1: first
+# (SAN_CAUSAL="1": the sanitizers on causal cases only;
+# EXTRA_VARIANTS: other candidates stamped and timed beside it, not checked here; QUANT=1: first
 # the quantisers' GPU tests and scripts/quant_speed.py, ~60-90 s)
 # 1. scripts/hopper_fp8_dev.py (every row's and the candidates' check cases, then its bench)
 # 2. compute-sanitizer memcheck and racecheck (hazard addresses counted) on a small shape of the
@@ -28,25 +29,31 @@ if [ "${QUANT:-0}" = 1 ]; then
 fi
 step dev "${DEV_CAP:-240}" python3 scripts/hopper_fp8_dev.py "$out/dev" --budget $(( ${DEV_CAP:-240} - 30 ))
 ok=1
-if ! grep -q "\"variant\": \"$var\"" "$out/dev/check.jsonl" 2>/dev/null; then ok=0; fi
-if grep "\"variant\": \"$var\"" "$out/dev/check.jsonl" 2>/dev/null | grep -q '"ok": false'; then ok=0; fi
+for v1 in ${var//,/ }; do
+  if ! grep -q "\"variant\": \"$v1\"" "$out/dev/check.jsonl" 2>/dev/null; then ok=0; fi
+  if grep "\"variant\": \"$v1\"" "$out/dev/check.jsonl" 2>/dev/null | grep -q '"ok": false'; then ok=0; fi
+done
 summary+=("checks of $var: $([ $ok = 1 ] && echo passed || echo 'FAILED or missing: no timing')")
 dims=$(echo "$cells" | tr ';' '\n' | cut -d, -f1 | sort -u)
 CS="compute-sanitizer --print-limit 0 --error-exitcode 9"
 export FP8_CASE_PROGRAMS=${FP8_CASE_PROGRAMS:-3}   # a persistent candidate: several tiles per program
-for d in $dims; do
-  for c in 0 1; do
-    step "mem_${d}_${c}" 60 $CS --tool memcheck python3 scripts/fp8_variant_case.py "$d" "$c" "$var"
-    step "race_${d}_${c}" 90 $CS --tool racecheck --racecheck-report hazard \
-      python3 scripts/fp8_variant_case.py "$d" "$c" "$var"
-    grep -o "__shared__ 0x[0-9a-f]*" "$out/race_${d}_${c}.log" | sort | uniq -c | sort -rn | head \
-      > "$out/race_${d}_${c}-addresses.txt"
+for v1 in ${var//,/ }; do
+  vdims=$(python3 -c "from fusedattn.kernels import hopper_fp8_fwd as F; print(*F.VARIANTS['$v1'][1])")
+  for d in $dims; do
+    case " $vdims " in *" $d "*) ;; *) continue ;; esac
+    for c in ${SAN_CAUSAL:-0 1}; do
+      step "mem_${v1}_${d}_${c}" 60 $CS --tool memcheck python3 scripts/fp8_variant_case.py "$d" "$c" "$v1"
+      step "race_${v1}_${d}_${c}" 90 $CS --tool racecheck --racecheck-report hazard \
+        python3 scripts/fp8_variant_case.py "$d" "$c" "$v1"
+      grep -o "__shared__ 0x[0-9a-f]*" "$out/race_${v1}_${d}_${c}.log" | sort | uniq -c | sort -rn \
+        | head > "$out/race_${v1}_${d}_${c}-addresses.txt"
+    done
   done
 done
 if [ $ok = 1 ]; then
   step phases 90 env FP8_CELLS="$cells" FP8_PHASES_PERSISTENT=1 FP8_PHASES_VARIANTS="$var${EXTRA_VARIANTS:+,${EXTRA_VARIANTS// /,}}" \
     python3 scripts/fp8_tile_phases.py "$out/phases"
-  step rounds "${ROUNDS_CAP:-200}" env FP8_CELLS="$cells" python3 scripts/fp8_interleaved.py "$out/rounds" "$var" ${EXTRA_VARIANTS:-}
+  step rounds "${ROUNDS_CAP:-200}" env FP8_CELLS="$cells" python3 scripts/fp8_interleaved.py "$out/rounds" ${var//,/ } ${EXTRA_VARIANTS:-}
 fi
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
