@@ -54,6 +54,7 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (128, False, "vp256n"),      # hdim 128 non-causal's 256-key row without o_tma (run 79)
     (128, True, "oh256c"),       # session-16 candidate: O through its own half-tile buffer (o_half)
     (64, True, "oh64c"),         # the same on hdim 64's persistent causal row
+    (128, True, "vpo256c"),      # session-17 candidate: one tile per program again, with o_tma
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the

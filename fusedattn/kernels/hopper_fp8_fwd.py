@@ -472,6 +472,11 @@ VARIANTS = {
     "oh256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
                 "sched_table": True, "v_perm": True, "o_tma": False, "o_half": True}, (128,)),
+    # session 17: hdim 128 causal's 256-key tiles one per program again (the persistent form
+    # won +12.9% at 2k in run 37, before o_tma, which gave the one-tile rows +4..22% by
+    # shortening the gap between programs), with v_perm and o_tma, longest tile first
+    "vpo256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                 "causal_mask_only": True, "v_perm": True, "o_tma": True}, (128,)),
     "oh64c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                "causal_mask_only": True, "persistent": True, "early_q": True,
                "sched_table": True, "o_tma": False, "o_half": True}, (64,)),
