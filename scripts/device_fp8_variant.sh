@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One device call for FP8 candidates (names of hopper_fp8_fwd.VARIANTS, comma-separated): checks first, then
-# timing only if the checks passed. Every step has its own cap and the whole run a deadline; full
+# One device call for FP8 candidates (names of hopper_fp8_fwd.VARIANTS, comma-separated): checks
+# first, then timing only if the checks passed. Every step has its own cap and the whole run a deadline; full
 # logs under OUT, a short summary last.
-#     [EXTRA_VARIANTS="a b"] [QUANT=1] bash scripts/device_fp8_variant.sh OUT VARIANT "d,causal,seqlen;..." [DEADLINE_S (540)]
+#     [EXTRA_VARIANTS="a b"] [QUANT=1] bash scripts/device_fp8_variant.sh OUT VARIANT[,VARIANT...] "d,causal,seqlen;..." [DEADLINE_S (540)]
 # (SAN_CAUSAL="1": the sanitizers on causal cases only;
 # EXTRA_VARIANTS: other candidates stamped and timed beside it, not checked here; QUANT=1: first
 # the quantisers' GPU tests and scripts/quant_speed.py, ~60-90 s)
@@ -13,7 +13,7 @@
 #    and the candidate, at the cells
 # 4. rotated rounds beside the row and FA3-FP8 (scripts/fp8_interleaved.py) at the cells
 set -u
-out=${1:?usage: device_fp8_variant.sh OUT VARIANT CELLS [DEADLINE_S]}
+out=${1:?usage: device_fp8_variant.sh OUT VARIANT[,VARIANT...] CELLS [DEADLINE_S]}
 var=${2:?variant}
 cells=${3:?cells}
 deadline=$(( $(date +%s) + ${4:-540} ))
