@@ -111,7 +111,8 @@ CASES = [
     (64, True, {"variant": "no_qrel"}),
     (64, False, {"variant": "qrel"}),
     (128, False, {"variant": "qrel"}),
-    (128, True, {"variant": "qrel"}),   # 0 spills since session 14 (the rows' opaque move)
+    # (the hdim 128 causal row since session 17, after device run 79: the row before it)
+    (128, True, {"variant": "no_qrel"}),
     # session 13 candidates, not yet run on a GPU: per-warpgroup Q boxes and barriers
     (64, True, {"variant": "qw"}),
     (64, True, {"variant": "qw3"}),
@@ -168,7 +169,8 @@ VERIFIED_SASS = {
     # session 12: mask_limit in the causal rows (device run 58); GPU grid 776 passed, memcheck 0,
     # racecheck on the work item and hand-off bytes only, in device run 59 (RESULTS.md)
     (64, True, (("variant", "no_qrel"),)): "5f060895f1839883b5d9595ad7feb2a07219a198",
-    (128, True, ()): "1f0fc6f83c8f9e797dabf348d985034c7116f755",
+    # (the hdim 128 causal row until session 17, now variant no_qrel)
+    (128, True, (("variant", "no_qrel"),)): "1f0fc6f83c8f9e797dabf348d985034c7116f755",
     (256, True, ()): "a46c264c613cc9fb0659090080d066a5aafb32e2",
     # session 13: q_release_early in the hdim 64 causal row (device run 66); GPU grid 775 passed
     # and 1 failed out of memory (12 workers; it passed alone in run 69), memcheck 0, racecheck

@@ -312,8 +312,11 @@ CONFIGS = {
     # s=1k/2k/4k 417/511/569 vs 384/482/557 (+8.7/+6.1/+2.2%); 8k 615 vs 649, but the old row's
     # two rounds there differed by 18.9% (the new one's by 1.8%; the old row made 601 in run 10).
     # mask_limit as in the (64, True) row (device run 58); the previous row is variant no_mlim.
+    # Q released after each warpgroup's last QK^T (q_release_early, variant qrel), device run 79:
+    # tile cycles -2.2 / -0.4 / 0% at 1k / 2k / 4k; 1k 1.02x cuDNN against the row's 0.99x in
+    # that process. The previous row is variant no_qrel.
     (128, True): _base(128, persistent=True, scheduler=1, tma_store=True, softmax_fma=True,
-                       o_buffer=True, mask_limit=True),
+                       o_buffer=True, mask_limit=True, q_release_early=True),
     # persistent + TMA store + FFMA: s=512 488 vs 398 (+23%), s=2048 645 vs 595 (+8.5%),
     # s=8192 704 vs 680 (+3.6%).
     # Split loops on top (variant split, v8), device run 13: s=2k/8k 678/712 vs 675/672
@@ -523,8 +526,9 @@ VARIANTS = {
     "qrel": ({"q_release_early": True, "o_buffer": True, "q_prefetch": False,
               "q_per_warpgroup": False, "num_stages": 2, "non_causal": {"skip_empty_wg": False}},
              (64, 128)),
-    # hdim 64 causal's row before q_release_early was adopted (device run 66)
-    "no_qrel": ({"q_release_early": False}, (64,)),
+    # hdim 64 causal's row before q_release_early was adopted (device run 66); hdim 128 causal's
+    # (session 17, after device run 79)
+    "no_qrel": ({"q_release_early": False}, (64, 128)),
     # session 13 candidates: per-warpgroup Q boxes and barriers on the hdim 64 rows
     # (non-causal: o_buf3's row), with 2 and 3 K / V stages (with 3 the next tile's first block
     # can load one block earlier). Device run 71 (tile cycles against the rows of then): causal
