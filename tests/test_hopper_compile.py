@@ -101,10 +101,14 @@ CASES = [
     (128, True, {"variant": "joint"}),
     (128, False, {"variant": "joint_nbr"}),
     (128, True, {"variant": "joint_nbr"}),
-    # session 12 candidates, not yet run on a GPU: the K / V waits as inline PTX (asm_waits)
+    # session 12 candidates: the K / V waits as inline PTX (asm_waits; device run 63, not
+    # adopted), on hdim 128's causal row (q_release_early since session 17) and on the row of
+    # run 63 (without it)
     (128, True, {"variant": "joint_aw"}),
     (128, True, {"variant": "aw"}),
     (128, True, {"variant": "nbr"}),
+    (128, True, {"variant": "aw", "q_release_early": False}),
+    (128, True, {"variant": "nbr", "q_release_early": False}),
     # session 13: Q released after each warpgroup's last QK^T (q_release_early), adopted in the
     # hdim 64 causal row (device run 66); the row before it, and the candidate at hdim 64
     # non-causal and hdim 128 (causal: 0 spills since session 14)
@@ -457,7 +461,7 @@ def test_one_consumer_partition(reports):
 
 
 def test_asm_waits(reports):
-    """asm_waits (session 12 candidates joint_aw / aw, not yet run on a GPU): the consumers'
+    """asm_waits (session 12 candidates joint_aw / aw, device run 63, not adopted): the consumers'
     K / V ready waits become inline PTX on global_smem + the offsets that Triton's own
     allocation gave k_ready / v_ready (read back from the kernel's TTGIR and used in its PTX),
     and the partition-wide barrier that Triton's membar pass puts before each wait goes: one
@@ -477,7 +481,16 @@ def test_asm_waits(reports):
         assert r["sass_counts"]["HGMMA"] == base["sass_counts"]["HGMMA"]
     assert jaw["ptx_bar_sync_256"] == jnb["ptx_bar_sync_256"] - 1
     assert jaw["ptx_clock64"] == 0
-    assert aw["ptx_wg_bar_syncs"] == nbr["ptx_wg_bar_syncs"] - 2
+    # One fewer per loop copy on the row of run 63. With q_release_early (hdim 128's causal row
+    # since session 17) the key-block loop holds Q's release, an mbarrier.arrive, and the
+    # membar pass, which cannot see into the inline wait, puts the barrier back after it
+    # (before the next QK^T): the same count as nbr there (found in session 18)
+    aw0, nbr0 = (by_case[(128, True, json.dumps({"variant": v, "q_release_early": False},
+                                                 sort_keys=True))] for v in ("aw", "nbr"))
+    assert not aw0["config"]["q_release_early"] and aw["config"]["q_release_early"]
+    assert aw0["ptx_asm_waits"] == 8 and aw0["spill_stores"] == 0
+    assert aw0["ptx_wg_bar_syncs"] == nbr0["ptx_wg_bar_syncs"] - 2
+    assert aw["ptx_wg_bar_syncs"] == nbr["ptx_wg_bar_syncs"]
     _assert_refused("asm_waits", dict(kv_release_nb=False),
                     dict(persistent=False, o_buffer=False, scheduler=0),
                     base=dict(kv_release_nb=True))
