@@ -101,17 +101,22 @@ CASES = [
     (128, True, {"variant": "joint"}),
     (128, False, {"variant": "joint_nbr"}),
     (128, True, {"variant": "joint_nbr"}),
-    # session 12 candidates, not yet run on a GPU: the K / V waits as inline PTX (asm_waits)
+    # session 12 candidates: the K / V waits as inline PTX (asm_waits; device run 63, not
+    # adopted), on hdim 128's causal row (q_release_early since session 17) and on the row of
+    # run 63 (without it)
     (128, True, {"variant": "joint_aw"}),
     (128, True, {"variant": "aw"}),
     (128, True, {"variant": "nbr"}),
+    (128, True, {"variant": "aw", "q_release_early": False}),
+    (128, True, {"variant": "nbr", "q_release_early": False}),
     # session 13: Q released after each warpgroup's last QK^T (q_release_early), adopted in the
     # hdim 64 causal row (device run 66); the row before it, and the candidate at hdim 64
     # non-causal and hdim 128 (causal: 0 spills since session 14)
     (64, True, {"variant": "no_qrel"}),
     (64, False, {"variant": "qrel"}),
     (128, False, {"variant": "qrel"}),
-    (128, True, {"variant": "qrel"}),   # 0 spills since session 14 (the rows' opaque move)
+    # (the hdim 128 causal row since session 17, after device run 79: the row before it)
+    (128, True, {"variant": "no_qrel"}),
     # session 13 candidates, not yet run on a GPU: per-warpgroup Q boxes and barriers
     (64, True, {"variant": "qw"}),
     (64, True, {"variant": "qw3"}),
@@ -168,7 +173,8 @@ VERIFIED_SASS = {
     # session 12: mask_limit in the causal rows (device run 58); GPU grid 776 passed, memcheck 0,
     # racecheck on the work item and hand-off bytes only, in device run 59 (RESULTS.md)
     (64, True, (("variant", "no_qrel"),)): "5f060895f1839883b5d9595ad7feb2a07219a198",
-    (128, True, ()): "1f0fc6f83c8f9e797dabf348d985034c7116f755",
+    # (the hdim 128 causal row until session 17, now variant no_qrel)
+    (128, True, (("variant", "no_qrel"),)): "1f0fc6f83c8f9e797dabf348d985034c7116f755",
     (256, True, ()): "a46c264c613cc9fb0659090080d066a5aafb32e2",
     # session 13: q_release_early in the hdim 64 causal row (device run 66); GPU grid 775 passed
     # and 1 failed out of memory (12 workers; it passed alone in run 69), memcheck 0, racecheck
@@ -407,7 +413,8 @@ def test_kv_release_through_named_barriers(reports):
         assert row["ptx_wg_bar_syncs"] - nbr["ptx_wg_bar_syncs"] == nbr["ptx_nb_arrive_288"]
         assert nbr["spill_stores"] == 0
         assert nbr["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
-    assert H._qpf_diag_bits(H.variant_config("nbr", 128, True)) == 64
+    # (hdim 128 causal's row releases Q early since session 17: bit 128)
+    assert H._qpf_diag_bits(H.variant_config("nbr", 128, True)) == 64 + 128
     _assert_refused("kv_release_nb", dict(num_stages=4),
                     dict(persistent=False, o_buffer=False, scheduler=0))
 
@@ -454,7 +461,7 @@ def test_one_consumer_partition(reports):
 
 
 def test_asm_waits(reports):
-    """asm_waits (session 12 candidates joint_aw / aw, not yet run on a GPU): the consumers'
+    """asm_waits (session 12 candidates joint_aw / aw, device run 63, not adopted): the consumers'
     K / V ready waits become inline PTX on global_smem + the offsets that Triton's own
     allocation gave k_ready / v_ready (read back from the kernel's TTGIR and used in its PTX),
     and the partition-wide barrier that Triton's membar pass puts before each wait goes: one
@@ -474,7 +481,16 @@ def test_asm_waits(reports):
         assert r["sass_counts"]["HGMMA"] == base["sass_counts"]["HGMMA"]
     assert jaw["ptx_bar_sync_256"] == jnb["ptx_bar_sync_256"] - 1
     assert jaw["ptx_clock64"] == 0
-    assert aw["ptx_wg_bar_syncs"] == nbr["ptx_wg_bar_syncs"] - 2
+    # One fewer per loop copy on the row of run 63. With q_release_early (hdim 128's causal row
+    # since session 17) the key-block loop holds Q's release, an mbarrier.arrive, and the
+    # membar pass, which cannot see into the inline wait, puts the barrier back after it
+    # (before the next QK^T): the same count as nbr there (found in session 18)
+    aw0, nbr0 = (by_case[(128, True, json.dumps({"variant": v, "q_release_early": False},
+                                                 sort_keys=True))] for v in ("aw", "nbr"))
+    assert not aw0["config"]["q_release_early"] and aw["config"]["q_release_early"]
+    assert aw0["ptx_asm_waits"] == 8 and aw0["spill_stores"] == 0
+    assert aw0["ptx_wg_bar_syncs"] == nbr0["ptx_wg_bar_syncs"] - 2
+    assert aw["ptx_wg_bar_syncs"] == nbr["ptx_wg_bar_syncs"]
     _assert_refused("asm_waits", dict(kv_release_nb=False),
                     dict(persistent=False, o_buffer=False, scheduler=0),
                     base=dict(kv_release_nb=True))
@@ -885,7 +901,7 @@ def test_inspect_names_the_other_switches():
     assert finspect._other_switches(asdict(H.get_config(256, False))) == \
         "softmax_fma, split_loops, o_half"
     nbr = finspect._other_switches(asdict(H.variant_config("nbr", 128, True)))
-    assert nbr == "softmax_fma, scheduler=1, o_buffer, mask_limit, kv_release_nb"
+    assert nbr == "softmax_fma, scheduler=1, o_buffer, mask_limit, kv_release_nb, q_release_early"
     assert finspect._other_switches(asdict(H.base_config(128))) == ""
 
 
@@ -905,13 +921,14 @@ def test_q_release_early(reports):
                                                              old["ptx_mbar_arrive"])
     assert row["sass_counts"]["HGMMA"] == old["sass_counts"]["HGMMA"]
     assert row["spill_stores"] == 0
-    for d, c in ((64, False), (128, False), (128, True)):
-        cand = by_case[(d, c, json.dumps({"variant": "qrel"}))]
+    for d, c, name in ((64, False, "qrel"), (128, False, "qrel"), (128, True, None)):
+        cand = by_case[(d, c, json.dumps({"variant": name} if name else {}))]
         assert cand["config"]["q_release_early"] and cand["spill_stores"] == 0
     assert by_case[(128, False, json.dumps({"variant": "qrel"}))]["ptx_mbar_arrive"] > by_case[
         (128, False, json.dumps({}))]["ptx_mbar_arrive"]
-    for d, c in ((128, False), (128, True), (256, False), (256, True)):
+    for d, c in ((128, False), (256, False), (256, True)):
         assert not H.get_config(d, c).q_release_early
+    assert H.get_config(128, True).q_release_early      # since session 17 (device run 79)
     for bad in (dict(o_buffer=False), dict(q_prefetch=True, o_buffer=False), dict(pingpong=True),
                 dict(kv_reverse=True)):
         with pytest.raises(ValueError, match="q_release_early"):

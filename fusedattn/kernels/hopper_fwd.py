@@ -312,8 +312,11 @@ CONFIGS = {
     # s=1k/2k/4k 417/511/569 vs 384/482/557 (+8.7/+6.1/+2.2%); 8k 615 vs 649, but the old row's
     # two rounds there differed by 18.9% (the new one's by 1.8%; the old row made 601 in run 10).
     # mask_limit as in the (64, True) row (device run 58); the previous row is variant no_mlim.
+    # Q released after each warpgroup's last QK^T (q_release_early, variant qrel), device run 79:
+    # tile cycles -2.2 / -0.4 / 0% at 1k / 2k / 4k; 1k 1.02x cuDNN against the row's 0.99x in
+    # that process. The previous row is variant no_qrel.
     (128, True): _base(128, persistent=True, scheduler=1, tma_store=True, softmax_fma=True,
-                       o_buffer=True, mask_limit=True),
+                       o_buffer=True, mask_limit=True, q_release_early=True),
     # persistent + TMA store + FFMA: s=512 488 vs 398 (+23%), s=2048 645 vs 595 (+8.5%),
     # s=8192 704 vs 680 (+3.6%).
     # Split loops on top (variant split, v8), device run 13: s=2k/8k 678/712 vs 675/672
@@ -464,8 +467,10 @@ VARIANTS = {
     # under the other's GEMMs. pp2: FA3's placement with named barriers; pp1: with mbarriers
     # (o_half off: pingpong is not implemented with it; the hdim 256 non-causal row has it since
     # session 11, these variants were measured without it)
-    "pp2": ({"pingpong": True, "pingpong_mode": 2, "o_half": False}, (128, 256)),
-    "pp1": ({"pingpong": True, "pingpong_mode": 1, "o_half": False}, (128, 256)),
+    "pp2": ({"pingpong": True, "pingpong_mode": 2, "o_half": False, "q_release_early": False},
+            (128, 256)),
+    "pp1": ({"pingpong": True, "pingpong_mode": 1, "o_half": False, "q_release_early": False},
+            (128, 256)),
     # session 10: per-warpgroup causal bounds on the shipped hdim 256 causal row (64-key blocks:
     # warpgroup 0's 64 rows skip the tile's last key block). Run 7 measured it on an older row
     # (no split loops, no TMA store): +4% at causal 1k, -1..-4% from 2k
@@ -506,13 +511,15 @@ VARIANTS = {
     # by 4-14% at 1k-4k). The diagonal block first, where block 0's softmax waits for its QK^T
     # anyway; the steady loop then runs the unmasked softmax only, with no run-time mask choice
     # (hdim 256 causal: its row's split loops off, which kv_reverse replaces)
-    "rev": ({"kv_reverse": True, "split_loops": False}, (128, 256)),
+    # (rev, nbr_rev and the joint forms: q_release_early off, which they do not support, since it
+    # joined hdim 128's causal row in session 17)
+    "rev": ({"kv_reverse": True, "split_loops": False, "q_release_early": False}, (128, 256)),
     # session 11: a third K/V stage, so that the producer runs one more block ahead and the next
     # tile's first blocks load earlier (run 52's stamps: block 0 at hdim 128 causal takes ~2500
     # cycles, about one steady block, for half a block's GEMMs). hdim 128 causal: O back through
     # Q's tile (Q 32 KB + 3 x 64 KB = 224 KB; O's own tile no longer fits); hdim 64 (three
     # warpgroups): Q + O boxes 64 KB + 3 x 32 KB
-    "s3_128": ({"num_stages": 3, "o_buffer": False}, (128,)),
+    "s3_128": ({"num_stages": 3, "o_buffer": False, "q_release_early": False}, (128,)),
     "s3_64": ({"num_stages": 3}, (64,)),
     # session 13: Q released after each warpgroup's last QK^T (q_release_early) on the rows
     # whose O has its own buffer (hdim 64: o_buf3's boxes; non-causal: o_buf3's row, the Q
@@ -523,8 +530,9 @@ VARIANTS = {
     "qrel": ({"q_release_early": True, "o_buffer": True, "q_prefetch": False,
               "q_per_warpgroup": False, "num_stages": 2, "non_causal": {"skip_empty_wg": False}},
              (64, 128)),
-    # hdim 64 causal's row before q_release_early was adopted (device run 66)
-    "no_qrel": ({"q_release_early": False}, (64,)),
+    # hdim 64 causal's row before q_release_early was adopted (device run 66); hdim 128 causal's
+    # (session 17, after device run 79)
+    "no_qrel": ({"q_release_early": False}, (64, 128)),
     # session 13 candidates: per-warpgroup Q boxes and barriers on the hdim 64 rows
     # (non-causal: o_buf3's row), with 2 and 3 K / V stages (with 3 the next tile's first block
     # can load one block earlier). Device run 71 (tile cycles against the rows of then): causal
@@ -552,7 +560,8 @@ VARIANTS = {
     # syncs the partition before one thread arrives); FA3 releases per warp with no barrier
     # (also on the non-causal rows: the static persistent producer)
     "nbr": ({"kv_release_nb": True}, (128, 256)),
-    "nbr_rev": ({"kv_release_nb": True, "kv_reverse": True, "split_loops": False}, (128, 256)),
+    "nbr_rev": ({"kv_release_nb": True, "kv_reverse": True, "split_loops": False,
+                 "q_release_early": False}, (128, 256)),
     # session 12: both consumer warpgroups in one 8-warp partition, so that they run one copy of
     # the consumer code. Run 12's profile (hdim 128 causal 2k): "no instruction" stalls per
     # consumer warp ~9x FA3's, 44% of the cycle gap; FA3's two consumer warpgroups share one
@@ -560,10 +569,11 @@ VARIANTS = {
     # Split loops (run 13) halved each copy and changed neither the stalls nor the cycles; this
     # tests the other half of that reading. Cost: Gluon's mbarrier.arrive syncs the partition,
     # so the two warpgroups meet at every K / V release
-    "joint": ({"num_consumers": 1, "o_half": False}, (128, 256)),
+    "joint": ({"num_consumers": 1, "o_half": False, "q_release_early": False}, (128, 256)),
     # and with the K / V stages released through named barriers (no partition-wide bar.sync per
     # release, so the warpgroups are not held together there)
-    "joint_nbr": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True}, (128, 256)),
+    "joint_nbr": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True,
+                   "q_release_early": False}, (128, 256)),
     # session 12: the masked blocks' test in FA3's form (mask_limit). Stamps of the hdim 128
     # causal row (runs 56-57): the loop's cycles per block fit 2430 + (tile-end cost) / blocks,
     # with ~3200 cycles per tile at causal against ~1600 at non-causal: about 1600 per masked
@@ -578,8 +588,8 @@ VARIANTS = {
     # no-instruction stalls). With one consumer partition and named-barrier releases
     # (joint_aw) the loop has no partition-wide barrier left; aw: the same on the rows' two
     # partitions (one 128-thread barrier less per key block)
-    "joint_aw": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True, "asm_waits": True},
-                 (128, 256)),
+    "joint_aw": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True, "asm_waits": True,
+                  "q_release_early": False}, (128, 256)),
     "aw": ({"kv_release_nb": True, "asm_waits": True}, (128, 256)),
     "no_mlim": ({"mask_limit": False, "q_release_early": False}, (64, 128, 256)),
 }
