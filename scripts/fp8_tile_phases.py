@@ -59,9 +59,11 @@ def main():
                 vq = fusedattn.quantize_fp8(v, role="v", block_size=cfg.block_n)
         else:
             row = F.get_config(d, causal, kvb)
-            # o_tma is for one-tile programs, o_half for persistent ones
+            # o_tma is for one-tile programs; o_half, early_q and sched_table for persistent ones
+            # (the persistent causal rows' one-tile form drops them: run 81's phases step failed)
             cfg = replace(row, diag_stamps=True, persistent=pers, o_tma=row.o_tma and not pers,
-                          o_half=row.o_half and pers)
+                          o_half=row.o_half and pers, early_q=row.early_q and pers,
+                          sched_table=row.sched_table and pers)
         for _ in range(30):   # warm, at the power-limited clock
             F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
         _, lse = F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)

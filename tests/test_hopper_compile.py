@@ -190,6 +190,11 @@ VERIFIED_SASS = {
     # 0, synccheck 0, racecheck on the three work-item slots and the hand-off bytes only, in
     # device runs 75-76 (RESULTS.md)
     (64, False, ()): "583d1c0f50743c55115b0cfc0f6b62ef89666282",
+    # session 19: q_release_early in the hdim 128 causal row (variant qrel, device run 79); GPU
+    # grid 776 passed, memcheck 0, racecheck on the work item and hand-off bytes only (the same
+    # 20 addresses as the previous row, variant no_qrel, on the same shape), device runs 82-83
+    # on an H100 (RESULTS.md)
+    (128, True, ()): "6ad8715681083725ee4d066fca1636fcffb1caed",
     # (the causal rows of device runs 7-12 used the dynamic scheduler, whose code changed with
     # the batch * heads argument after run 13: their digests are no longer pinned)
 }

@@ -52,8 +52,10 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (256, True, "vp"),           # hdim 256's row without o_tma
     (128, True, "pq256s"),       # hdim 128 causal's 256-key row before run 79 (no v_perm)
     (128, False, "vp256n"),      # hdim 128 non-causal's 256-key row without o_tma (run 79)
-    (128, True, "oh256c"),       # session-16 candidate: O through its own half-tile buffer (o_half)
-    (64, True, "oh64c"),         # the same on hdim 64's persistent causal row
+    (128, True, "oh256c"),       # O through its own half-tile buffer (o_half): the row since run 81
+    (64, True, "oh64c"),         # the same on hdim 64's persistent causal row (the row since run 81)
+    (128, True, "vp256c"),       # hdim 128 causal's 256-key row of runs 79-80 (no o_half)
+    (64, True, "pq256s"),        # hdim 64 causal's 256-key row of runs 37-80 (no o_half)
     (128, True, "vpo256c"),      # session-17 candidate: one tile per program again, with o_tma
 ]
 
@@ -111,6 +113,7 @@ for d, causal, variant in json.loads(sys.argv[1]):
     r.update({kk: v for kk, v in fi.ptxas_report(ptx).items() if kk != "ptxas_text"})
     sc = fi.sass_counts(k.asm["cubin"])
     r["sass_counts"] = {kk: v for kk, v in sc.items() if kk != "sass"}
+    r["sass_sha1"] = fi.sass_digest(sc["sass"])   # equal digests: the same code
     r["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
     r["loop_prmt"] = steady_loop_prmt(sc["sass"]) if cfg.overlap else None
     r["local_in_loops"] = fi.local_memory_in_loops(sc["sass"])
@@ -271,11 +274,11 @@ def test_variants_table():
     expected = {
         (64, False, 128): row[64], (64, True, 128): row[64],
         (64, False, 256): replace(row[64], **n256),
-        (64, True, 256): replace(row[64], **F.VARIANTS["pq256s"][0]),     # device run 37
+        (64, True, 256): replace(row[64], **F.VARIANTS["oh64c"][0]),      # device runs 37, 81
         (128, False, 128): row[128],
         (128, True, 128): replace(row[128], **F.VARIANTS["serial"][0]),
         (128, False, 256): replace(row[128], **F.VARIANTS["vpo256n"][0]),  # device runs 18, 79
-        (128, True, 256): replace(row[128], **F.VARIANTS["vp256c"][0]),   # device runs 37, 79
+        (128, True, 256): replace(row[128], **F.VARIANTS["oh256c"][0]),   # device runs 37, 79, 81
         (256, False, 128): row[256], (256, True, 128): row[256],
     }
     assert F.CONFIGS == expected
@@ -639,7 +642,7 @@ def test_v_perm_makes_the_transpose_stores_conflict_free(reports):
     spills; the row's own stores are unchanged."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
     for vp, row in (((256, False, None), (256, False, "ot")),
-                    ((128, True, None), (128, True, "pq256s"))):
+                    ((128, True, "vp256c"), (128, True, "pq256s"))):   # the row adds o_half
         a, b = by[vp], by[row]
         assert a["config"]["v_perm"] and not b["config"]["v_perm"]
         assert b["vt_store_lane_bases"] and a["vt_store_lane_bases"]
@@ -668,13 +671,15 @@ def test_o_tma_stores_o_through_the_staging_ring(reports):
 
 
 def test_o_half_stores_o_through_its_own_buffer_in_turn(reports):
-    """o_half (session 16): in the persistent causal rows each consumer warpgroup writes its O into
-    one half-tile buffer of its own (M_WG x head_dim x 2 bytes), taken in turn, and sends it with
-    a TMA store, where the rows store through pointers; no spills, shared memory within the
-    limit; refused outside the persistent rows and with o_tma."""
+    """o_half (session 16, in the persistent causal rows since device run 81): each consumer
+    warpgroup writes its O into one half-tile buffer of its own (M_WG x head_dim x 2 bytes), taken
+    in turn, and sends it with a TMA store, where the previous rows (vp256c, pq256s) store through
+    pointers; no spills, shared memory within the limit; refused outside the persistent rows and
+    with o_tma. The rows are the variants' code."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
-    for d, name in ((128, "oh256c"), (64, "oh64c")):
-        a, row = by[(d, True, name)], by[(d, True, None)]
+    for d, name, prev in ((128, "oh256c", "vp256c"), (64, "oh64c", "pq256s")):
+        a, row = by[(d, True, name)], by[(d, True, prev)]
+        assert by[(d, True, None)]["sass_sha1"] == a["sass_sha1"]
         assert a["config"]["o_half"] and a["config"]["persistent"] and not row["config"]["o_half"]
         assert row["sass_counts"]["UTMASTG"] == 0 and row["stg_o"] > 0
         assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0

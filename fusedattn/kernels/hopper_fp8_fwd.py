@@ -244,8 +244,11 @@ CONFIGS = {
     # stages, the causal mask alone, 0 spills). Device run 37, rotated rounds / sequential:
     # s=2048 363 vs 311 (+17%, sequential), s=8192 +1.2% (rounds) / +3.2%. Before: 2 stages
     # block by block (run 18: causal 301/477 vs 291/401 with 128-key tiles).
+    # Then O through a half-tile buffer of its own and a TMA store (o_half, variant oh64c), device
+    # run 81 on an H100 (rounds beside this row at s=2048: 372 vs 355, +4.7%; the dev bench, same
+    # process: s=2048/8192 374/518 vs 358/485, +4.6/+6.7%); the previous row is variant pq256s.
     (64, True, 256): replace(_ROW64, block_n=256, causal_mask_only=True, persistent=True,
-                             early_q=True, sched_table=True, **_BLOCKWISE),
+                             early_q=True, sched_table=True, o_half=True, **_BLOCKWISE),
     # P packed to e4m3 in registers (pack_p), FFMA softmax and pingpong between the consumer
     # warpgroups (variant pack_fma_pp), device run 7: s=2048/8192 non-causal 573/669 vs 497/573,
     # causal 438/611 vs 345/507 (+15..27%); best of 6 in all four cells.
@@ -278,8 +281,13 @@ CONFIGS = {
     # Then V^T's rows permuted (v_perm, variant vp256c; o_tma is for one-tile programs), device
     # run 79 (rotated rounds): s=2048/4096/8192 557/672/738 vs 540/649/702 (+3.1/+3.6/+5.1%); the
     # previous row is variant pq256s.
+    # Then O through a half-tile buffer of its own and a TMA store (o_half, variant oh256c), device
+    # run 81 on an H100 (rotated rounds beside this row): s=2048/4096/8192 591/706/799 vs
+    # 550/652/730 (+7.5/+8.4/+9.4%; FA3-FP8 675/758/850); the previous row is variant vp256c.
+    # The one-tile form with o_tma (vpo256c) gave 0.98/1.03/1.05x the previous row there.
     (128, True, 256): replace(_ROW128, block_n=256, causal_mask_only=True, persistent=True,
-                              early_q=True, sched_table=True, v_perm=True, **_BLOCKWISE),
+                              early_q=True, sched_table=True, v_perm=True, o_half=True,
+                              **_BLOCKWISE),
     # block by block with FFMA softmax and pingpong (variant fma_pp), device run 7:
     # s=2048/8192 non-causal 851/962 vs 813/922, causal 643/863 vs 620/849 (+2..5%).
     # Then the V transpose through ldmatrix.trans (variant ldsm), device run 15: s=2048/8192
@@ -467,14 +475,15 @@ VARIANTS = {
                 "causal_mask_only": True, "persistent": True, "early_q": True,
                 "sched_table": True, "v_perm": True, "o_tma": False}, ()),
     # session 16 (after run 80): O through a half-tile buffer of its own and a TMA store in the
-    # persistent causal rows (o_half), on hdim 128's row (with v_perm) and hdim 64's. Not yet run
-    # on a GPU
+    # persistent causal rows (o_half), on hdim 128's row (with v_perm) and hdim 64's. Device run
+    # 81: +7.5..9.4% (hdim 128), +4.7% (hdim 64, s=2048): both the rows since
     "oh256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
                 "sched_table": True, "v_perm": True, "o_tma": False, "o_half": True}, (128,)),
     # session 17: hdim 128 causal's 256-key tiles one per program again (the persistent form
     # won +12.9% at 2k in run 37, before o_tma, which gave the one-tile rows +4..22% by
-    # shortening the gap between programs), with v_perm and o_tma, longest tile first
+    # shortening the gap between programs), with v_perm and o_tma, longest tile first. Device run
+    # 81: 0.98/1.03/1.05x vp256c at s=2048/4096/8192, below oh256c (1.08-1.09x): not adopted
     "vpo256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                  "causal_mask_only": True, "v_perm": True, "o_tma": True}, (128,)),
     "oh64c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
