@@ -116,6 +116,24 @@ def local_memory_in_loops(sass: str) -> int:
                and any(lo <= a <= hi for lo, hi in loops))
 
 
+def local_memory_in_inner_loops(sass: str) -> int:
+    """Local-memory accesses inside an innermost loop (one that holds no other loop): in a
+    persistent kernel the key-block loops and the producer's ring loop, not the tile loop around
+    them. 0 means no spill is paid per key block, though some may be paid per tile."""
+    ins = sass_instructions(sass)
+    exits = [a for a, t in ins if re.search(r"\bEXIT\b", t)]
+    last_exit = max(exits) if exits else None
+    loops = []
+    for a, t in ins:
+        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a and (last_exit is None or a < last_exit):
+            loops.append((int(m.group(1), 16), a))
+    inner = [(lo, hi) for lo, hi in loops
+             if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)]
+    return sum(1 for a, t in ins if re.search(r"\b(?:LDL|STL)\b", t)
+               and any(lo <= a <= hi for lo, hi in inner))
+
+
 def sass_digest(sass: str) -> str:
     """sha1 of the SASS instruction text (addresses dropped): equal digests = the same code."""
     import hashlib

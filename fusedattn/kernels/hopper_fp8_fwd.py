@@ -168,6 +168,12 @@ class Fp8FwdConfig:
                            # 128) that the two consumer warpgroups take in turn each tile
                            # (warpgroup 0, then 1; two mbarriers), then one TMA store per
                            # warpgroup: o_tma's store where the staging ring is not free
+    o_ring: bool = False   # persistent rows with early_q (session 19, off until measured on a
+                           # GPU): o_tma's store in a persistent program, FA3's way of sharing O's
+                           # buffer with the V path: O through V staging slot WG; the producer
+                           # loads the next tile's K_0 and Q first and its V_0 only once both
+                           # warpgroups' O stores of the previous tile have read the ring (two
+                           # mbarriers). For hdim 256, where no buffer of its own fits
     # --- timing diagnostic (session 7), WRONG RESULTS: forward() runs it only with _diagnostic ---
     diag_no_transpose: bool = False  # the producer skips the V transpose (V^T left stale): how
                                      # much of the time the transpose's issue slots cost
@@ -489,6 +495,18 @@ VARIANTS = {
     "oh64c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                "causal_mask_only": True, "persistent": True, "early_q": True,
                "sched_table": True, "o_tma": False, "o_half": True}, (64,)),
+    # session 19: hdim 256's rows in the persistent loop again (pq128's form, run 41: 0.96-1.01x
+    # the row of then), now with v_perm and O through the staging ring (o_ring), the next tile's
+    # K_0 and Q loaded under the epilogue. Against the one-tile rows (vpo), whose per-tile fixed
+    # cost (epilogue, the gap before the SM's next program) is what holds hdim 256 at 2k back.
+    # Not yet run on a GPU
+    "pvr": ({"persistent": True, "early_q": True, "sched_table": True, "causal_mask_only": True,
+             "o_tma": False, "v_perm": True, "o_ring": True}, (256,)),
+    # the same O path on hdim 128's causal row in place of o_half (no buffer of its own, both
+    # warpgroups' stores at once, no turns; V_0 of the next tile waits for them). Not yet run
+    "or256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                "causal_mask_only": True, "persistent": True, "early_q": True,
+                "sched_table": True, "v_perm": True, "o_tma": False, "o_ring": True}, (128,)),
     # pq128, ms and ms256c: device run 41, not adopted (pq128 0.96-1.01x the row; ms / ms256c
     # within noise); no head dims since session 17, so that device runs no longer compile them
     "ms": ({"mask_split": True}, ()),
@@ -792,7 +810,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
               V_STAGES: gl.constexpr, kv_base=0, PERSISTENT: gl.constexpr = False,
               LDSM_T: gl.constexpr = False, lse_ptr=None, stamp_base=0,
               STAMPS: gl.constexpr = False, q_empty=None, q_phase=0,
-              EARLY_Q: gl.constexpr = False):
+              EARLY_Q: gl.constexpr = False, o_read=None, O_RING: gl.constexpr = False):
     # kv_base (PERSISTENT): blocks loaded by this program's earlier tiles; the rings' slots and
     # phases run on across tiles (0 for the one-tile grid: the same code as before)
     NCH: gl.constexpr = HEAD_DIM // 64
@@ -805,9 +823,20 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
     if n_blocks > 0:
         if PERSISTENT:
             g0 = kv_base
-            _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES, NCH,
-                    NKC)
-            _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, 0, g0, NUM_STAGES)
+            if O_RING:
+                # K_0 (its own ring) and Q (once released) first; V_0 once both warpgroups' O
+                # stores of the previous tile have read the staging ring (q_phase: the
+                # previous tile's phase; the program's first tile passes, parity 1)
+                _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, 0, g0, NUM_STAGES)
+                _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
+                mbarrier.wait(o_read.index(0), q_phase)
+                mbarrier.wait(o_read.index(1), q_phase)
+                _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES,
+                        NCH, NKC)
+            else:
+                _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES,
+                        NCH, NKC)
+                _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, 0, g0, NUM_STAGES)
         else:
             _load_v(v_desc, vs_smem, vs_ready.index(0), b, kvh, 0, 0, NCH, NKC)
             mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
@@ -840,7 +869,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
             # V_0's transpose waited on nothing of the previous tile's last block; Q and K_1
             # wait for its last QK^T (q_empty, K_1's stage), V_1 for nothing
             if j == 0:
-                _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
+                if not O_RING:   # (o_ring loaded Q before V_0)
+                    _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
                 _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b, kvh,
                            jn, kv_base + jn, n_blocks, BLOCK_N, NUM_STAGES, V_STAGES, NCH, NKC)
     if EARLY_Q:
@@ -1130,14 +1160,17 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
               tile=0, kv_base=0, q_phase=0, q_empty=None, PERSISTENT: gl.constexpr = False,
               LPT: gl.constexpr = False, STAMPS: gl.constexpr = False,
               EARLY_Q: gl.constexpr = False, o_desc=None, vs_smem=None, o_buf=None,
-              o_turn=None):
+              o_turn=None, O_RING: gl.constexpr = False):
     """One tile of one consumer warpgroup. PERSISTENT: the tile `tile`, with the K / V^T rings at
     kv_base and Q's phase q_phase; Q is released (q_empty) after the tile's last QK^T, and the
     pingpong turns run on from the previous tile (the caller opened the first one).
     o_desc: O leaves through shared memory and a TMA store: o_tma (one-tile programs) through
     V staging slot WG (vs_smem), o_half (persistent) through o_buf, taken in turn: o_turn[0]
     completes when warpgroup 0's store of this tile has read the buffer, o_turn[1] when
-    warpgroup 1's has; q_phase (the program's tile count & 1) gives the phases."""
+    warpgroup 1's has; q_phase (the program's tile count & 1) gives the phases. O_RING
+    (persistent): through V staging slot WG of o_buf (the staging ring), no turns; o_turn[WG]
+    completes when this warpgroup's store has read it, which the producer waits for before the
+    next tile's V_0."""
     M_WG: gl.constexpr = BLOCK_M // 2
     fp8: gl.constexpr = q_smem.dtype
     if PERSISTENT:
@@ -1324,7 +1357,14 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
                    (m_i + gl.log2(l_i) - 8.0) * 0.6931471805599453)  # ln(l / 256) + m
 
     if o_desc is not None:
-        if o_turn is not None:
+        if O_RING:
+            # the ring is free: this warpgroup waited for its last block's V^T (published after
+            # the producer's last read of the ring), and the producer loads the next tile's V_0
+            # only after o_turn[0] and o_turn[1] (below); a tile without key blocks loads none
+            N_OR: gl.constexpr = o_buf.shape[0] * 8192 // (M_WG * HEAD_DIM * 2)
+            o_stage = o_buf._reinterpret(o_desc.dtype, [N_OR] + o_desc.block_type.shape,
+                                         o_desc.layout).index(WG)
+        elif o_turn is not None:
             # o_half: warpgroup 0 waits until warpgroup 1's store of the previous tile has read
             # the buffer (the program's first tile passes: parity 1 of a fresh barrier),
             # warpgroup 1 until warpgroup 0's store of this tile has
@@ -1445,7 +1485,7 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                          PREFETCH: gl.constexpr, FMA: gl.constexpr, PACK_P: gl.constexpr,
                          PINGPONG: gl.constexpr, STAMPS: gl.constexpr = False,
                          EARLY_Q: gl.constexpr = False, SCHED: gl.constexpr = False,
-                         o_desc=None, o_buf=None, o_turn=None):
+                         o_desc=None, o_buf=None, o_turn=None, O_RING: gl.constexpr = False):
     # pingpong: each tile leaves one arrival on barrier 10 (the one-tile kernel exits with it),
     # which is the opening of the next tile's first turn; so warpgroup 0 opens only once
     if PINGPONG:
@@ -1461,7 +1501,7 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                   kv_nblk, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
                   FMA, PACK_P, PINGPONG, tile, c, i & 1, q_empty, True, STAMPS=STAMPS,
-                  EARLY_Q=EARLY_Q, o_desc=o_desc, o_buf=o_buf, o_turn=o_turn)
+                  EARLY_Q=EARLY_Q, o_desc=o_desc, o_buf=o_buf, o_turn=o_turn, O_RING=O_RING)
         c += n_blocks
         i += 1
 
@@ -1476,13 +1516,14 @@ def _consumer_persistent_wg0(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
                              PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
                              STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
-                             SCHED: gl.constexpr = False, o_desc=None, o_buf=None, o_turn=None):
+                             SCHED: gl.constexpr = False, o_desc=None, o_buf=None, o_turn=None,
+                             O_RING: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk, num_tiles, sched_ptr, 0, CAUSAL, BLOCK_M, BLOCK_N,
                          HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, STAMPS,
-                         EARLY_Q, SCHED, o_desc, o_buf, o_turn)
+                         EARLY_Q, SCHED, o_desc, o_buf, o_turn, O_RING)
 
 
 @gluon.jit
@@ -1495,13 +1536,13 @@ def _consumer_persistent_wg1(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k
                              OVERLAP: gl.constexpr, PREFETCH: gl.constexpr, FMA: gl.constexpr,
                              PACK_P: gl.constexpr, PINGPONG: gl.constexpr,
                              EARLY_Q: gl.constexpr = False, SCHED: gl.constexpr = False,
-                             o_desc=None, o_buf=None, o_turn=None):
+                             o_desc=None, o_buf=None, o_turn=None, O_RING: gl.constexpr = False):
     _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty, vt_ready,
                          vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                          heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block,
                          q_nblk, kv_nblk, num_tiles, sched_ptr, 1, CAUSAL, BLOCK_M, BLOCK_N,
                          HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH, FMA, PACK_P, PINGPONG, False,
-                         EARLY_Q, SCHED, o_desc, o_buf, o_turn)
+                         EARLY_Q, SCHED, o_desc, o_buf, o_turn, O_RING)
 
 
 @gluon.jit
@@ -1512,7 +1553,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
                          HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                          V_STAGES: gl.constexpr, LDSM_T: gl.constexpr = False, lse_ptr=None,
                          STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
-                         SCHED: gl.constexpr = False):
+                         SCHED: gl.constexpr = False, o_read=None, O_RING: gl.constexpr = False):
     # the consumers' tile sequence; Q of the next tile once both consumer warpgroups have
     # finished the current tile's QK^T (q_empty), i.e. under their last P V and epilogue
     c = gl.program_id(0) * 0
@@ -1528,7 +1569,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_sme
                   q_bar, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                   b, h, kvh, m_start, n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, c, True,
                   LDSM_T, lse_ptr, (b * heads + h) * seqlen_q + m_start, STAMPS, q_empty,
-                  (i & 1) ^ 1, EARLY_Q)
+                  (i & 1) ^ 1, EARLY_Q, o_read, O_RING)
         c += n_blocks
         i += 1
 
@@ -1555,7 +1596,7 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                         PERSISTENT: gl.constexpr = False, LDSM_T: gl.constexpr = False,
                         LPT: gl.constexpr = False, SPLIT: gl.constexpr = False,
                         STAMPS: gl.constexpr = False, EARLY_Q: gl.constexpr = False,
-                        SCHED: gl.constexpr = False, o_desc=None):
+                        SCHED: gl.constexpr = False, o_desc=None, O_RING: gl.constexpr = False):
     b, h, kvh, m_start, n_blocks, n_unmasked = _tile(seqlen_q, seqlen_k, heads, kv_heads,
                                                      num_m_tiles, CAUSAL, BLOCK_M, BLOCK_N,
                                                      LPT)
@@ -1593,9 +1634,14 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
         mbarrier.init(q_empty, count=2)  # one arrival per consumer warpgroup
         num_tiles = q_desc.shape[0] * heads * num_m_tiles
         if o_desc is not None:
-            # o_half: one M_WG-row O buffer of its own, the consumer warpgroups in turn
-            o_buf = gl.allocate_shared_memory(o_desc.dtype, o_desc.block_type.shape,
-                                              o_desc.layout)
+            if O_RING:
+                # o_ring: O through V staging slot WG; o_turn[WG] completes when warpgroup WG's
+                # store has read it (the producer's V_0 of the next tile waits for both)
+                o_buf = vs_smem
+            else:
+                # o_half: one M_WG-row O buffer of its own, the consumer warpgroups in turn
+                o_buf = gl.allocate_shared_memory(o_desc.dtype, o_desc.block_type.shape,
+                                                  o_desc.layout)
             o_turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
             mbarrier.init(o_turn.index(0), count=1)
             mbarrier.init(o_turn.index(1), count=1)
@@ -1608,18 +1654,18 @@ def attn_fp8_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr, qs_ptr, ks_ptr
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                 kv_nblk, num_tiles, sched_ptr, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
                 OVERLAP, PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, STAMPS, EARLY_Q, SCHED,
-                o_desc, o_buf, o_turn)),
+                o_desc, o_buf, o_turn, O_RING)),
             (_consumer_persistent_wg1, (q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_empty,
                 vt_ready, vt_empty, out_ptr, lse_ptr, qs_ptr, ks_ptr, vs_ptr,
                 heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                 kv_nblk, num_tiles, sched_ptr, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
                 OVERLAP, PREFETCH, SOFTMAX_FMA, PACK_P, PINGPONG, EARLY_Q, SCHED,
-                o_desc, o_buf, o_turn)),
+                o_desc, o_buf, o_turn, O_RING)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                 q_bar, q_empty, k_ready, k_empty, vs_ready, vt_ready, vt_empty,
                 seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, num_tiles, sched_ptr,
                 CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, V_STAGES, LDSM_T, lse_ptr,
-                STAMPS, EARLY_Q, SCHED)),
+                STAMPS, EARLY_Q, SCHED, o_turn, O_RING)),
         ], [4, 4], [CONSUMER_REGS, PRODUCER_REGS])
         return
 
@@ -1955,7 +2001,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
             qq.block_size, qs.shape[-1], ks.shape[-1], sched)
     cx["o_desc"] = (_descriptor(out, cfg.block_m // 2, head_dim, o_smem_layout())
-                    if cfg.o_tma or cfg.o_half else None)
+                    if cfg.o_tma or cfg.o_half or cfg.o_ring else None)
     if _warmup:
         return attn_fp8_fwd_kernel.warmup(*args, grid=grid, **cx, num_warps=cfg.num_warps,
                                           maxnreg=cfg.maxnreg)
@@ -1996,6 +2042,11 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.o_half and not (cfg.persistent and not cfg.o_tma):
         raise ValueError("o_half is for the persistent rows (persistent=True, o_tma=False): the "
                          "one-tile rows store O through the staging ring instead (o_tma)")
+    if cfg.o_ring and not (cfg.persistent and cfg.early_q and not cfg.o_tma and not cfg.o_half
+                           and cfg.v_stages * cfg.block_n >= cfg.block_m * 2):
+        raise ValueError("o_ring is for the persistent rows with early_q (persistent=True, "
+                         "early_q=True, o_tma=False, o_half=False) whose V staging ring holds "
+                         "both warpgroups' O tiles (v_stages * block_n >= 2 * block_m)")
     if cfg.o_tma and (cfg.persistent or cfg.split_producer or cfg.v_stages < 2):
         raise ValueError("o_tma is for the one-tile rows with the one-warpgroup producer and two "
                          "V staging slots (persistent=False, split_producer=False, v_stages >= 2): "
@@ -2016,7 +2067,8 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 LDSM_T=2 if cfg.diag_no_transpose else (3 if cfg.v_perm else cfg.ldsm_transpose),
                 LPT=bool(cfg.lpt_order and causal and not cfg.persistent),
                 SPLIT=cfg.split_producer, STAMPS=cfg.diag_stamps,
-                EARLY_Q=cfg.early_q, SCHED=bool(cfg.sched_table and causal))
+                EARLY_Q=cfg.early_q, SCHED=bool(cfg.sched_table and causal),
+                O_RING=cfg.o_ring)
 
 
 def _fma_bits(cfg: Fp8FwdConfig):
@@ -2037,7 +2089,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig
     constexprs = _constexprs(head_dim, causal, cfg)
     for name in constexprs:
         signature[name] = "constexpr"
-    if cfg.o_tma or cfg.o_half:
+    if cfg.o_tma or cfg.o_half or cfg.o_ring:
         signature["o_desc"] = (f"tensordesc<{out_dtype}[1, {cfg.block_m // 2}, 1, {head_dim}],"
                                f"{o_smem_layout()!r}>")
     src = GluonASTSource(attn_fp8_fwd_kernel, signature, constexprs=constexprs)
