@@ -867,7 +867,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                 _stamp(lse_ptr, stamp_base, 5, _CLOCK)
         if EARLY_Q:
             # V_0's transpose waited on nothing of the previous tile's last block; Q and K_1
-            # wait for its last QK^T (q_empty, K_1's stage), V_1 for nothing
+            # wait for its last QK^T (q_empty, K_1's stage), V_1 for nothing (under o_ring V_0
+            # and so everything after it waited for the previous tile's two O stores, above)
             if j == 0:
                 if not O_RING:   # (o_ring loaded Q before V_0)
                     _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
