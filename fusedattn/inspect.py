@@ -99,12 +99,10 @@ def sass_instructions(sass: str) -> list[tuple[int, str]]:
             re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
 
 
-def local_memory_in_loops(sass: str) -> int:
-    """Local-memory accesses (LDL / STL: spill traffic) inside a loop of the kernel's code: a
-    range from a backward branch's target to the branch. The retry branches of the mbarrier
-    waits, placed after the last EXIT, are left out (they span the code between a wait and the
-    end without being loops). 0 means every spill costs once per tile, not once per key block."""
-    ins = sass_instructions(sass)
+def _loops(ins) -> list:
+    """(start, end) address ranges of the loops in sass_instructions' list: from a backward
+    branch's target to the branch. The retry branches of the mbarrier waits, placed after the
+    last EXIT, are left out (they span the code between a wait and the end without being loops)."""
     exits = [a for a, t in ins if re.search(r"\bEXIT\b", t)]
     last_exit = max(exits) if exits else None
     loops = []
@@ -112,8 +110,19 @@ def local_memory_in_loops(sass: str) -> int:
         m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", t)
         if m and int(m.group(1), 16) < a and (last_exit is None or a < last_exit):
             loops.append((int(m.group(1), 16), a))
+    return loops
+
+
+def _local_in(ins, ranges) -> int:
     return sum(1 for a, t in ins if re.search(r"\b(?:LDL|STL)\b", t)
-               and any(lo <= a <= hi for lo, hi in loops))
+               and any(lo <= a <= hi for lo, hi in ranges))
+
+
+def local_memory_in_loops(sass: str) -> int:
+    """Local-memory accesses (LDL / STL: spill traffic) inside a loop of the kernel's code (see
+    _loops). 0 means every spill costs once per tile, not once per key block."""
+    ins = sass_instructions(sass)
+    return _local_in(ins, _loops(ins))
 
 
 def local_memory_in_inner_loops(sass: str) -> int:
@@ -121,17 +130,10 @@ def local_memory_in_inner_loops(sass: str) -> int:
     persistent kernel the key-block loops and the producer's ring loop, not the tile loop around
     them. 0 means no spill is paid per key block, though some may be paid per tile."""
     ins = sass_instructions(sass)
-    exits = [a for a, t in ins if re.search(r"\bEXIT\b", t)]
-    last_exit = max(exits) if exits else None
-    loops = []
-    for a, t in ins:
-        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", t)
-        if m and int(m.group(1), 16) < a and (last_exit is None or a < last_exit):
-            loops.append((int(m.group(1), 16), a))
+    loops = _loops(ins)
     inner = [(lo, hi) for lo, hi in loops
              if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)]
-    return sum(1 for a, t in ins if re.search(r"\b(?:LDL|STL)\b", t)
-               and any(lo <= a <= hi for lo, hi in inner))
+    return _local_in(ins, inner)
 
 
 def sass_digest(sass: str) -> str:
