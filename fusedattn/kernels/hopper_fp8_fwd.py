@@ -831,11 +831,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
                 _load_q_released(q_desc, q_smem, q_bar, q_empty, q_phase, b, h, m_start)
                 mbarrier.wait(o_read.index(0), q_phase)
                 mbarrier.wait(o_read.index(1), q_phase)
-                _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES,
-                        NCH, NKC)
-            else:
-                _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES,
-                        NCH, NKC)
+            _load_v(v_desc, vs_smem, vs_ready.index(g0 % V_STAGES), b, kvh, 0, g0 % V_STAGES, NCH,
+                    NKC)
+            if not O_RING:
                 _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, 0, g0, NUM_STAGES)
         else:
             _load_v(v_desc, vs_smem, vs_ready.index(0), b, kvh, 0, 0, NCH, NKC)
@@ -1169,9 +1167,9 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
     V staging slot WG (vs_smem), o_half (persistent) through o_buf, taken in turn: o_turn[0]
     completes when warpgroup 0's store of this tile has read the buffer, o_turn[1] when
     warpgroup 1's has; q_phase (the program's tile count & 1) gives the phases. O_RING
-    (persistent): through V staging slot WG of o_buf (the staging ring), no turns; o_turn[WG]
-    completes when this warpgroup's store has read it, which the producer waits for before the
-    next tile's V_0."""
+    (persistent): as o_tma, through V staging slot WG (vs_smem), no turns; o_turn[WG] completes
+    when this warpgroup's store has read it, which the producer waits for before the next
+    tile's V_0."""
     M_WG: gl.constexpr = BLOCK_M // 2
     fp8: gl.constexpr = q_smem.dtype
     if PERSISTENT:
@@ -1358,14 +1356,7 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
                    (m_i + gl.log2(l_i) - 8.0) * 0.6931471805599453)  # ln(l / 256) + m
 
     if o_desc is not None:
-        if O_RING:
-            # the ring is free: this warpgroup waited for its last block's V^T (published after
-            # the producer's last read of the ring), and the producer loads the next tile's V_0
-            # only after o_turn[0] and o_turn[1] (below); a tile without key blocks loads none
-            N_OR: gl.constexpr = o_buf.shape[0] * 8192 // (M_WG * HEAD_DIM * 2)
-            o_stage = o_buf._reinterpret(o_desc.dtype, [N_OR] + o_desc.block_type.shape,
-                                         o_desc.layout).index(WG)
-        elif o_turn is not None:
+        if o_turn is not None and not O_RING:
             # o_half: warpgroup 0 waits until warpgroup 1's store of the previous tile has read
             # the buffer (the program's first tile passes: parity 1 of a fresh barrier),
             # warpgroup 1 until warpgroup 0's store of this tile has
@@ -1379,6 +1370,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
             # hdim 256, half of the ring). The ring is free: this warpgroup waited for its last
             # block's V^T, published after the producer's last read of the ring, and a one-tile
             # program loads nothing after it (with no key block nothing was loaded at all).
+            # o_ring (persistent): the same, and the producer loads the next tile's V_0 only
+            # after o_turn[0] and o_turn[1] (below).
             # The ring (boxes of 128 x 64 e4m3, 8 KB) seen as O tiles of M_WG x HEAD_DIM x 2 B
             N_O: gl.constexpr = vs_smem.shape[0] * 8192 // (M_WG * HEAD_DIM * 2)
             o_stage = vs_smem._reinterpret(o_desc.dtype, [N_O] + o_desc.block_type.shape,
@@ -1502,7 +1495,8 @@ def _consumer_persistent(q_smem, k_smem, vt_smem, q_bar, q_empty, k_ready, k_emp
                   heads, kv_heads, seqlen_q, seqlen_k, num_m_tiles, qk_scale, q_block, q_nblk,
                   kv_nblk, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PREFETCH,
                   FMA, PACK_P, PINGPONG, tile, c, i & 1, q_empty, True, STAMPS=STAMPS,
-                  EARLY_Q=EARLY_Q, o_desc=o_desc, o_buf=o_buf, o_turn=o_turn, O_RING=O_RING)
+                  EARLY_Q=EARLY_Q, o_desc=o_desc, vs_smem=o_buf, o_buf=o_buf, o_turn=o_turn,
+                  O_RING=O_RING)
         c += n_blocks
         i += 1
 
