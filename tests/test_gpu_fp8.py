@@ -111,33 +111,38 @@ def test_kernel_grid(first_launch, shape, d, causal, kv_block):
 
 
 @needs_sm90
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d, causal", [(64, True), (128, False), (128, True), (256, False),
+                                       (256, True)],
+                         ids=["d64_causal", "d128", "d128_causal", "d256", "d256_causal"])
 @pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (1, 255, 4097, 4, 1), (2, 300, 100, 2, 2),
                                    (3, 640, 900, 2, 1)],
                          ids=lambda s: "b{}_q{}_k{}_h{}_hk{}".format(*s))
-def test_persistent_causal_rows_many_tiles_per_program(first_launch, shape, d):
-    """The causal 256-key rows run the persistent loop (a program walks its tiles from a table,
-    Q released after each tile's last QK^T): on 2-5 programs every program runs several tiles
-    (short, long and, where seqlen_q > seqlen_k, empty ones), which one program per SM at these
-    shapes never does. Checked against the oracle, and bitwise equal to one program per tile (a
-    tile is computed the same way whichever program runs it)."""
+def test_persistent_rows_many_tiles_per_program(first_launch, shape, d, causal):
+    """The persistent rows (head_dim 64's causal 256-key row, both 256-key rows at head_dim 128,
+    both head_dim 256 rows: device runs 37, 85, 86) walk their tiles from a table, Q released after each tile's last QK^T:
+    on 2-5 programs every program runs several tiles (short, long and, where seqlen_q >
+    seqlen_k and causal, empty ones), which one program per SM at these shapes never does.
+    Checked against the oracle, and bitwise equal to one program per tile (a tile is computed
+    the same way whichever program runs it)."""
     from fusedattn.kernels import hopper_fp8_fwd as F
 
     _require(first_launch, d)
-    assert F.get_config(d, True, 256).persistent and F.get_config(d, True, 256).sched_table
+    kv_block = F.preferred_block(d, causal)
+    cfg = F.get_config(d, causal, kv_block)
+    assert cfg.persistent and cfg.sched_table
     b, sq, sk, h, hk = shape
-    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + d)
+    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + d + causal)
     qq = quantize_fp8(q, role="q", rotate=True, seed=5)
-    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=256)
-    vq = quantize_fp8(v, role="v", block_size=256)
+    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=kv_block)
+    vq = quantize_fp8(v, role="v", block_size=kv_block)
     scale = d ** -0.5
     results = []
     for programs in (None, 2, 5):
         out = torch.full((b, sq, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
         lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
-        F.forward(qq, kq, vq, True, scale, _out=out, _lse=lse, _programs=programs)
+        F.forward(qq, kq, vq, causal, scale, _out=out, _lse=lse, _programs=programs)
         torch.cuda.synchronize()
-        check_against_spec_and_oracle(q, k, v, qq, kq, vq, out, lse, True, scale)
+        check_against_spec_and_oracle(q, k, v, qq, kq, vq, out, lse, causal, scale)
         results.append((out, lse))
     for out, lse in results[1:]:
         assert torch.equal(out, results[0][0])

@@ -37,10 +37,10 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     # with 128-row blocks), a name a candidate of hopper_fp8_fwd.VARIANTS on the 128-key row
     (64, False, None),           # 256-key tiles, block by block (device run 18)
     (64, True, None),
-    (128, False, None),          # 256-key tiles, block by block (device run 18)
+    (128, False, None),          # persistent, O through the V staging ring (device run 86)
     (128, True, None),           # persistent, early Q release, tiles from a table (device run 37)
     (128, True, "@128"),         # 128-key tiles, block by block (device run 18)
-    (256, False, None),
+    (256, False, None),          # persistent, O through the V staging ring (device run 85)
     (256, True, None),
     (64, False, "@128"),         # packed P, predicated unpacking (C7513), overlap
     (128, False, "@128"),        # packed P, unpacked by prmt, ldsm transpose, overlap
@@ -48,17 +48,18 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (128, False, "no_ldsm"),     # the 128-key rows without the ldsm transpose (run 15)
     (256, True, "no_ldsm"),
     (256, False, "split"),       # session-8 candidate (not adopted): one-warp loader, 2-warp transposer
-    (256, False, "ot"),          # hdim 256's row without v_perm (the rows since run 77 have both)
-    (256, True, "vp"),           # hdim 256's row without o_tma
+    (256, False, "ot"),          # hdim 256's one-tile row without v_perm (runs 77-85 had both)
+    (256, True, "vp"),           # hdim 256's one-tile row without o_tma
+    (256, False, "vpo"),         # hdim 256's one-tile row of runs 77-85 (v_perm and o_tma)
+    (256, True, "vpo"),
     (128, True, "pq256s"),       # hdim 128 causal's 256-key row before run 79 (no v_perm)
     (128, False, "vp256n"),      # hdim 128 non-causal's 256-key row without o_tma (run 79)
-    (128, True, "oh256c"),       # O through its own half-tile buffer (o_half): the row since run 81
+    (128, True, "oh256c"),       # O through its own half-tile buffer (o_half): the row of runs 81-85
     (64, True, "oh64c"),         # the same on hdim 64's persistent causal row (the row since run 81)
     (128, True, "vp256c"),       # hdim 128 causal's 256-key row of runs 79-80 (no o_half)
     (64, True, "pq256s"),        # hdim 64 causal's 256-key row of runs 37-80 (no o_half)
     (128, True, "vpo256c"),      # session-17 candidate: one tile per program again, with o_tma
-    (256, False, "pvr"),         # session-19 candidate: hdim 256 persistent, O through the ring
-    (128, True, "or256c"),       # the same O path in place of o_half on hdim 128's causal row
+    (128, False, "vpo256n"),     # hdim 128 non-causal's 256-key row of runs 79-86 (one tile, o_tma)
 ]
 
 # conftest.py turns on TRITON_INTERPRET for the CPU tests; a Gluon kernel imported under the
@@ -207,9 +208,14 @@ def test_tma_loads_and_in_kernel_v_transpose(report):
 # allowed. None since session 9 (the hdim 128 causal row of device run 23 stored 16 B: two row
 # indices of consumer warpgroup 0; its persistent form since run 37 spills nothing).
 KNOWN_SPILL: dict = {
-    # session-19 candidate (not a row): the persistent hdim 256 loop's consumer spills tile-level
-    # values (the tile loop's, once per tile); no key-block loop holds local memory (below)
-    (256, False, "pvr"): 40,
+    # hdim 256's persistent rows (pvr, session 20; device run 85: +5.8..7.0% at 2k beside the
+    # spill-free one-tile row vpo, +6.2 / +0.8% at 8k): the consumers spill tile-level values (the
+    # tile loop's, once per tile); no key-block loop holds local memory (below)
+    (256, False, None): 40,
+    (256, True, None): 24,
+    # hdim 128's non-causal 256-key row (or256n, session 20; device run 86: +9.9 / +5.4 / +1.2%
+    # at 2k / 4k / 8k beside the spill-free one-tile row vpo256n): 8 B of the tile loop's values
+    (128, False, None): 8,
 }
 
 
@@ -287,10 +293,14 @@ def test_variants_table():
         (64, True, 256): replace(row[64], **F.VARIANTS["oh64c"][0]),      # device runs 37, 81
         (128, False, 128): row[128],
         (128, True, 128): replace(row[128], **F.VARIANTS["serial"][0]),
-        (128, False, 256): replace(row[128], **F.VARIANTS["vpo256n"][0]),  # device runs 18, 79
-        (128, True, 256): replace(row[128], **F.VARIANTS["oh256c"][0]),   # device runs 37, 79, 81
-        (256, False, 128): row[256], (256, True, 128): row[256],
+        (128, False, 256): replace(row[128], **F.VARIANTS["or256n"][0]),  # runs 18, 79, 86
+        (128, True, 256): replace(row[128], **F.VARIANTS["or256c"][0]),  # runs 37, 79, 81, 85
+        (256, False, 128): replace(row[256], **F.VARIANTS["pvr"][0]),      # device run 85
+        (256, True, 128): replace(row[256], **F.VARIANTS["pvr"][0]),
     }
+    # hdim 256's candidates are defined against its one-tile row of runs 77-85
+    assert F.variant_config("vpo", 256, True) == row[256]
+    assert F.variant_config("pvr", 256, False) == F.get_config(256, False)
     assert F.CONFIGS == expected
     assert [F.preferred_block(d, c) for d in (64, 128, 256) for c in (False, True)] == \
         [256, 256, 256, 256, 128, 128]
@@ -452,8 +462,11 @@ def test_config_table():
         assert 128 * (2 * cfg.consumer_regs + cfg.producer_regs) <= 65536
         if bn == 256:   # 256-key tiles run block by block (forward() refuses otherwise)
             assert not cfg.overlap and d != 256
-        if cfg.persistent:   # the causal rows' persistent loop walks a table (sched_table)
-            assert causal and cfg.sched_table and cfg.early_q
+        if cfg.persistent:   # Q released early; causal tiles dealt from a table (sched_table)
+            assert cfg.sched_table and cfg.early_q
+            # the non-causal one-tile rows: hdim 64's and the 128-key ones (run 32: the
+            # persistent loop of then lost at 8k)
+            assert causal or (d >= 128 and bn == (256 if d == 128 else 128))
     assert not F.get_config(256).overlap   # overlap spills at hdim 256 (see CONFIGS)
     assert math.isclose(F.P_SCALE_LOG2, 8.0)
 
@@ -537,8 +550,13 @@ def test_forward_host_side_builds_the_launch(monkeypatch):
     assert seen["grid"] == (5,) and len(dict(zip(positional, seen["args"]))["sched_ptr"]) == 6 + 24 + 1
     with pytest.raises(ValueError, match="_programs must be >= 1"):
         F.forward(qq, k256, v256, True, 0.1, _programs=0)
+    # non-causal 256-key tiles run persistent too since device run 86, tiles pid, pid + grid, ...
+    # (equal tiles: no table)
+    F.forward(qq, k256, v256, False, 0.1, _programs=5)
+    assert seen["kwargs"]["PERSISTENT"] is True and seen["kwargs"]["SCHED"] is False
+    assert seen["grid"] == (5,)
     with pytest.raises(ValueError, match="_programs caps the persistent loop"):
-        F.forward(qq, k256, v256, False, 0.1, _programs=5)
+        F.forward(qq, kq, vq, False, 0.1, _programs=5)
     # hdim 256 (128-key tiles only) with 256-row blocks: each scale repeated per tile
     q3 = torch.randn(1, 200, 2, 256, generator=g).to(torch.bfloat16)
     k3 = torch.randn(1, 260, 2, 256, generator=g).to(torch.bfloat16)
@@ -587,7 +605,8 @@ def test_ldsm_transpose_uses_transposing_loads(reports):
             per_warp = 2 if r["config"]["split_producer"] else 1
             assert n_ld == 4 * (d // 64) * (r["config"]["block_n"] // 128) * per_warp, (d, n_ld)
             base = by.get((d, causal, "no_ldsm"))
-            if base is not None and variant in (None, "@128") and r["config"]["block_n"] == 128 \
+            if base is not None and variant in (None, "@128", "vpo") \
+                    and r["config"]["block_n"] == 128 \
                     and base["config"] == dict(r["config"], ldsm_transpose=False, v_perm=False):
                 assert r["ptx_counts"]["prmt.b32"] < base["ptx_counts"]["prmt.b32"]
                 compared += 1
@@ -651,7 +670,7 @@ def test_v_perm_makes_the_transpose_stores_conflict_free(reports):
     wavefronts of these stores). The same loads, stores, permutes and GEMMs as the row, no
     spills; the row's own stores are unchanged."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
-    for vp, row in (((256, False, None), (256, False, "ot")),
+    for vp, row in (((256, False, "vpo"), (256, False, "ot")),
                     ((128, True, "vp256c"), (128, True, "pq256s"))):   # the row adds o_half
         a, b = by[vp], by[row]
         assert a["config"]["v_perm"] and not b["config"]["v_perm"]
@@ -672,12 +691,12 @@ def test_o_tma_stores_o_through_the_staging_ring(reports):
     memory (the ring is reused), no spills; refused where a program runs several tiles (the
     ring is reloaded for the next one) or with the split producer."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
-    for a, row in ((by[(256, True, None)], by[(256, True, "vp")]),
-                   (by[(128, False, None)], by[(128, False, "vp256n")])):
+    for a, row in ((by[(256, True, "vpo")], by[(256, True, "vp")]),
+                   (by[(128, False, "vpo256n")], by[(128, False, "vp256n")])):
         _check_o_tma(a, row)
     for bad in (dict(persistent=True), dict(split_producer=True), dict(v_stages=1)):
         with pytest.raises(ValueError, match="o_tma"):
-            F.compile_sm90(256, False, F.get_config(256, False, o_tma=True, **bad))
+            F.compile_sm90(256, False, replace(F.variant_config("vpo", 256, False), **bad))
 
 
 def test_o_half_stores_o_through_its_own_buffer_in_turn(reports):
@@ -685,11 +704,12 @@ def test_o_half_stores_o_through_its_own_buffer_in_turn(reports):
     warpgroup writes its O into one half-tile buffer of its own (M_WG x head_dim x 2 bytes), taken
     in turn, and sends it with a TMA store, where the previous rows (vp256c, pq256s) store through
     pointers; no spills, shared memory within the limit; refused outside the persistent rows and
-    with o_tma. The rows are the variants' code."""
+    with o_tma. hdim 64's row is the variant's code (hdim 128's row of runs 81-85 was; o_ring
+    since)."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
+    assert by[(64, True, None)]["sass_sha1"] == by[(64, True, "oh64c")]["sass_sha1"]
     for d, name, prev in ((128, "oh256c", "vp256c"), (64, "oh64c", "pq256s")):
         a, row = by[(d, True, name)], by[(d, True, prev)]
-        assert by[(d, True, None)]["sass_sha1"] == a["sass_sha1"]
         assert a["config"]["o_half"] and a["config"]["persistent"] and not row["config"]["o_half"]
         assert row["sass_counts"]["UTMASTG"] == 0 and row["stg_o"] > 0
         assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0
@@ -702,27 +722,29 @@ def test_o_half_stores_o_through_its_own_buffer_in_turn(reports):
 
 
 def test_o_ring_stores_o_through_the_staging_ring_in_a_persistent_program(reports):
-    """o_ring (session 19, candidate pvr at hdim 256): the persistent loop sends O out as o_tma
-    does, through V staging slot WG and one TMA store per warpgroup, where the persistent form
-    without it (pq128) stores through pointers; the shared memory of the row plus two barriers
-    (no buffer of its own: hdim 256 has no room for one); on hdim 128's causal row (or256c) in
-    place of o_half's buffer. pvr's spills (40 B at sm_90a, session 19:
-    tile-level values; the key-block loops hold no local memory) are recorded in
-    benchmarks/fp8_log.md, not asserted: a candidate, not a row. Refused outside the
-    persistent rows with early_q, with o_tma or o_half, and where the ring cannot hold both O
-    tiles."""
+    """o_ring (session 19; hdim 256's rows (pvr) and hdim 128's causal row (or256c) since device
+    run 85, its non-causal 256-key row (or256n) since run 86): the persistent loop sends O out as o_tma does, through V staging slot WG and one TMA
+    store per warpgroup; at hdim 256 the shared memory of the one-tile row (vpo) plus two
+    barriers (no buffer of its own: hdim 256 has no room for one; its spills are KNOWN_SPILL's);
+    at hdim 128 causal the previous row (o_half, oh256c) less its 16 KB buffer, and no spills;
+    hdim 128's non-causal row (or256n) the same loop. Refused outside the persistent rows with
+    early_q, with o_tma or o_half, and where the ring cannot hold both O tiles."""
     by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
-    a, row = by[(256, False, "pvr")], by[(256, False, None)]
-    assert a["config"]["o_ring"] and a["config"]["persistent"] and a["config"]["early_q"]
-    assert not a["config"]["o_tma"] and not a["config"]["o_half"] and a["config"]["v_perm"]
-    assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0
-    assert a["shared_bytes"] - row["shared_bytes"] in range(0, 64)
-    assert a["shared_bytes"] <= SMEM_LIMIT
-    # hdim 128 causal (or256c): the row (o_half) less its 16 KB buffer, and no spills
-    a, row = by[(128, True, "or256c")], by[(128, True, None)]
+    for causal in (False, True):
+        a, row = by[(256, causal, None)], by[(256, causal, "vpo")]
+        assert a["config"]["o_ring"] and a["config"]["persistent"] and a["config"]["early_q"]
+        assert not a["config"]["o_tma"] and not a["config"]["o_half"] and a["config"]["v_perm"]
+        assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0
+        assert a["shared_bytes"] - row["shared_bytes"] in range(0, 64)
+        assert a["shared_bytes"] <= SMEM_LIMIT
+    a, row = by[(128, True, None)], by[(128, True, "oh256c")]
     assert a["config"]["o_ring"] and not a["config"]["o_half"] and row["config"]["o_half"]
     assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0 and a["spill_stores"] == 0
     assert row["shared_bytes"] - a["shared_bytes"] in range(64 * 128 * 2 - 64, 64 * 128 * 2 + 64)
+    a = by[(128, False, None)]
+    assert a["config"]["o_ring"] and a["config"]["persistent"] and a["config"]["block_n"] == 256
+    assert a["sass_counts"]["UTMASTG"] >= 2 and a["stg_o"] == 0
+    assert a["shared_bytes"] <= SMEM_LIMIT
     for bad in (dict(persistent=False, early_q=False, sched_table=False),
                 dict(early_q=False), dict(o_tma=True), dict(o_half=True), dict(v_stages=1)):
         cfg = F.get_config(256, False, persistent=True, early_q=True, o_tma=False, o_ring=True)
@@ -959,7 +981,8 @@ def test_launch_path_specialises_and_compiles_under_a_stand_in_sm90_driver():
     cases = [[d, c, None] for d in (64, 128, 256) for c in (False, True)]
     cases += [[256, False, "ot"], [256, True, "vp"], [128, False, "n256"],
               [128, True, "pq256s"], [128, False, "ot256n"], [128, False, "vp256n"],
-              [128, True, "oh256c"], [64, True, "oh64c"], [256, False, "pvr"]]
+              [128, True, "oh256c"], [64, True, "oh64c"], [256, False, "vpo"],
+              [128, False, "vpo256n"]]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     res = subprocess.run([sys.executable, "-c", _LAUNCH_PATH, json.dumps(cases)], cwd=ROOT,

@@ -84,6 +84,15 @@ Design choices (and why):
   transposed in 128-key chunks (two V^T tiles per stage) and P V is two products of 128 keys, P
   split at key bit 7, a register bit of the accumulator. The per-block work (the O rescale, the row
   reductions' shuffles, barriers, waits, descriptors) is paid once per 256 keys.
+* **Persistent rows** (causal at hdim 64, hdim 128's 256-key rows, both hdim 256 rows; device
+  runs 37, 81, 85, 86):
+  one program per SM walks its tiles (causal: its own list from a host-built table,
+  tile_schedule; non-causal, where tiles are equal: tiles pid, pid + grid, ...), Q is
+  released after each tile's last QK^T so that the next tile's Q and first K / V load under the
+  current tile's last P V, and O leaves by TMA store: through a half-tile buffer of its own
+  (o_half, hdim 64) or through the V staging ring (o_ring, hdim 128 and 256), whose
+  next V load waits until both warpgroups' stores have read it. This hides most of a tile's fixed
+  cost (Q load, first V transpose, epilogue, the gap before the SM's next program).
 
 The quantised tensors' block sizes: k and v carry one scale per key tile: block_size == BLOCK_N
 gives the reference's online-softmax blocking, so the two agree to float32 rounding; a multiple of
@@ -228,6 +237,12 @@ _ROW128 = Fp8FwdConfig(num_stages=2, v_stages=2, pack_p=True, softmax_fma=True, 
 _ROW256 = Fp8FwdConfig(num_stages=2, v_stages=2, overlap=False, softmax_fma=True, pingpong=True,
                        ldsm_transpose=True, lpt_order=True)
 _BLOCKWISE = dict(overlap=False, pack_p=False, unpack_prmt=False)   # the block-by-block loop
+# hdim 256's one-tile row of device runs 77-85 (v_perm and o_tma, variant vpo): the row its
+# candidates are defined against (variant_config), as the table's row moved to the persistent form
+_ONE_TILE256 = replace(_ROW256, v_perm=True, o_tma=True)
+# the persistent loop with O through the V staging ring (o_ring; variant pvr): hdim 256's rows
+_PERSISTENT_RING = dict(persistent=True, early_q=True, sched_table=True, causal_mask_only=True,
+                        o_tma=False, v_perm=True, o_ring=True)
 
 # (head_dim, causal, block_n) -> configuration. attention_fp8 on 16-bit inputs quantises k and v
 # with the largest block_n listed for (head_dim, causal) (preferred_block); quantised inputs run
@@ -272,7 +287,13 @@ CONFIGS = {
     # rounds beside this row): s=2048/4096/8192 756/800/853 vs 692/767/823 (+9.4/+4.3/+3.6%);
     # o_tma alone (ot256n) +10.5/+4.5/+4.2%, v_perm alone (vp256n) +4.9/+2.7/+2.7%; the
     # previous row is variant n256.
-    (128, False, 256): replace(_ROW128, block_n=256, v_perm=True, o_tma=True, **_BLOCKWISE),
+    # Then the persistent loop with O through the V staging ring (o_ring, variant or256n, as the
+    # causal row below), device run 86 on an H100 (rotated rounds beside this row):
+    # s=2048/4096/8192 811/833/853 vs 738/790/843 (+9.9/+5.4/+1.2%; FA3-FP8 818/854/883). Spills
+    # 8 B, tile-level values of the tile loop, none in a key-block loop (KNOWN_SPILL in
+    # tests/test_hopper_fp8_compile.py). The previous row is variant vpo256n.
+    (128, False, 256): replace(_ROW128, block_n=256, persistent=True, early_q=True,
+                               sched_table=True, v_perm=True, o_ring=True, **_BLOCKWISE),
     # 256-key tiles block by block with the causal mask alone (variant n256c: no bounds test, which
     # the bottom-right mask implies), device run 23: s=2048/8192 501/772 vs 489/678 (+2.5/+13.9%;
     # FA3-FP8 692/876 in that process). Spills 16 B: two row indices of consumer warpgroup 0
@@ -291,8 +312,12 @@ CONFIGS = {
     # run 81 on an H100 (rotated rounds beside this row): s=2048/4096/8192 591/706/799 vs
     # 550/652/730 (+7.5/+8.4/+9.4%; FA3-FP8 675/758/850); the previous row is variant vp256c.
     # The one-tile form with o_tma (vpo256c) gave 0.98/1.03/1.05x the previous row there.
+    # Then O through the V staging ring instead of that buffer (o_ring, variant or256c: both
+    # warpgroups' stores at once, no turns, 16 KB less shared memory), device run 85 on an H100
+    # (rotated rounds beside this row): s=2048/8192 606/806 vs 595/790 (+2.0/+2.0%; FA3-FP8
+    # 679/867); the dev bench in the same call +1.7/+0.3%. The previous row is variant oh256c.
     (128, True, 256): replace(_ROW128, block_n=256, causal_mask_only=True, persistent=True,
-                              early_q=True, sched_table=True, v_perm=True, o_half=True,
+                              early_q=True, sched_table=True, v_perm=True, o_ring=True,
                               **_BLOCKWISE),
     # block by block with FFMA softmax and pingpong (variant fma_pp), device run 7:
     # s=2048/8192 non-causal 851/962 vs 813/922, causal 643/863 vs 620/849 (+2..5%).
@@ -305,8 +330,17 @@ CONFIGS = {
     # device run 77 (rotated rounds beside the row, same process): s=2048/8192 non-causal
     # 935/1005 vs 801/939 (+16.8/+7.1%), causal 774/980 vs 616/874 (+25.7/+12.2%); v_perm
     # alone +3.7..7.5%, o_tma alone +5.5..22.4%.
-    (256, False, 128): replace(_ROW256, v_perm=True, o_tma=True),
-    (256, True, 128): replace(_ROW256, v_perm=True, o_tma=True),
+    # Then the persistent loop again (as pq128, run 41: 0.96-1.01x the row of then), now with
+    # v_perm and O through the staging ring (o_ring: the next tile's K_0 and Q load under the
+    # epilogue, its V_0 once both O stores have read the ring): variant pvr, device run 85 on an
+    # H100 (rotated rounds beside this row): s=2048/8192 non-causal 981/1065 vs 927/1003
+    # (+5.8/+6.2%), causal 805/977 vs 753/969 (+7.0/+0.8%; FA3-FP8 1113/1188, 897/1114); the
+    # clock stamps put each tile's fixed cost at ~1.0-1.4 key blocks against 2.4-3.0 one tile per
+    # program. Spills: 40 B non-causal / 24 B causal, tile-level values of the tile loop, none in
+    # a key-block loop (KNOWN_SPILL in tests/test_hopper_fp8_compile.py). The previous row is
+    # variant vpo (_ONE_TILE256).
+    (256, False, 128): replace(_ONE_TILE256, **_PERSISTENT_RING),
+    (256, True, 128): replace(_ONE_TILE256, **_PERSISTENT_RING),
 }
 
 
@@ -468,7 +502,7 @@ VARIANTS = {
     # session 14: O through the V staging ring and one TMA store (o_tma) on the one-tile rows
     # (hdim 256; hdim 128's non-causal 256-key row: ot256n), and with v_perm (vpo)
     "ot": ({"o_tma": True, "v_perm": False}, ()),
-    "vpo": ({"v_perm": True, "o_tma": True}, ()),
+    "vpo": ({"v_perm": True, "o_tma": True}, (256,)),   # hdim 256's one-tile row of runs 77-85
     "ot256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "o_tma": True}, ()),
     "vp256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
@@ -476,7 +510,7 @@ VARIANTS = {
     # session 16, after run 77: both on hdim 128's non-causal 256-key row. Device run 79: vpo256n
     # in the (128, False, 256) row since, vp256c in the (128, True, 256) row (see CONFIGS)
     "vpo256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
-                 "v_perm": True, "o_tma": True}, ()),
+                 "v_perm": True, "o_tma": True}, (128,)),   # the row of runs 79-86: timed beside
     "vp256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
                 "sched_table": True, "v_perm": True, "o_tma": False}, ()),
@@ -500,13 +534,23 @@ VARIANTS = {
     # K_0 and Q loaded under the epilogue. Against the one-tile rows (vpo), whose per-tile fixed
     # cost (epilogue, the gap before the SM's next program) is what holds hdim 256 at 2k back.
     # Not yet run on a GPU
-    "pvr": ({"persistent": True, "early_q": True, "sched_table": True, "causal_mask_only": True,
-             "o_tma": False, "v_perm": True, "o_ring": True}, (256,)),
+    # Device run 85 (H100): +5.8..7.0% at 2k, +6.2% non-causal 8k, +0.8% causal 8k: hdim 256's
+    # rows since (session 20); vpo, the previous row, is timed beside them
+    "pvr": (_PERSISTENT_RING, ()),
     # the same O path on hdim 128's causal row in place of o_half (no buffer of its own, both
-    # warpgroups' stores at once, no turns; V_0 of the next tile waits for them). Not yet run
+    # warpgroups' stores at once, no turns; V_0 of the next tile waits for them). Device run 85:
+    # +2.0% at 2k and 8k, the (128, True, 256) row since; oh256c, the previous row, timed beside it
     "or256c": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
                 "causal_mask_only": True, "persistent": True, "early_q": True,
-                "sched_table": True, "v_perm": True, "o_tma": False, "o_ring": True}, (128,)),
+                "sched_table": True, "v_perm": True, "o_tma": False, "o_ring": True}, ()),
+    # session 20: that persistent form on hdim 128's non-causal 256-key row (one tile per program
+    # with o_tma, vpo256n). Run 85's dev bench timed or256c at the non-causal cells too: 835 / 904
+    # vs 787 / 878 at s=2048 / 8192 (+6.1 / +3.0%, one sequential measurement). Spills 8 B of the
+    # tile loop's values (or256c compiled non-causal: the same), none in a key-block loop.
+    # Device run 86 (rounds): +9.9 / +5.4 / +1.2% at 2k / 4k / 8k: the (128, False, 256) row since
+    "or256n": ({"block_n": 256, "overlap": False, "pack_p": False, "unpack_prmt": False,
+                "persistent": True, "early_q": True, "sched_table": True, "v_perm": True,
+                "o_tma": False, "o_ring": True}, ()),
     # pq128, ms and ms256c: device run 41, not adopted (pq128 0.96-1.01x the row; ms / ms256c
     # within noise); no head dims since session 17, so that device runs no longer compile them
     "ms": ({"mask_split": True}, ()),
@@ -542,7 +586,11 @@ def get_config(head_dim: int, causal: bool = False, kv_block: int | None = None,
 
 def variant_config(name: str, head_dim: int, causal: bool = False) -> Fp8FwdConfig:
     """A named candidate (VARIANTS): its overrides on the table's 128-key row for (head_dim,
-    causal), the rows the candidates were defined against."""
+    causal), the rows the candidates were defined against; at head_dim 256 on the one-tile row of
+    device runs 77-85 (vpo), which the persistent rows (pvr) replaced in session 20, so that its
+    candidates keep their meaning."""
+    if head_dim == 256:
+        return replace(_ONE_TILE256, **VARIANTS[name][0])
     return get_config(head_dim, causal, 128, **VARIANTS[name][0])
 
 
