@@ -56,6 +56,14 @@ def main():
             lambda c: fusedattn.attention_fp8(qq, *kv[c], causal=c)
         paths["hopper_fp8_fwd.forward (kernel launcher only)"] = \
             lambda c: hopper_fp8_fwd.forward(qq, *kv[c], c, scale)
+
+        def no_fast(c):   # through Triton's binder on every call (before session 20)
+            hopper_fp8_fwd.FAST_LAUNCH = False
+            try:
+                return hopper_fp8_fwd.forward(qq, *kv[c], c, scale)
+            finally:
+                hopper_fp8_fwd.FAST_LAUNCH = True
+        paths["hopper_fp8_fwd.forward, FAST_LAUNCH off"] = no_fast
     try:
         fa3 = import_fa3()
         paths["FA3 flash_attn_func"] = lambda c: fa3.flash_attn_func(q, k, v, causal=c)

@@ -991,3 +991,81 @@ def test_launch_path_specialises_and_compiles_under_a_stand_in_sm90_driver():
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert [g[:3] for g in got] == cases
     assert all(g[3] == "CompiledKernel" for g in got), got
+
+
+# The fast launch path (hopper_fp8_fwd.FAST_LAUNCH, fast_launch.py): a launch whose key was seen
+# before goes straight to the compiled kernel. Checked with Triton's own binder under the
+# stand-in sm_90a driver: calls with equal keys have equal specialisations (so they would compile
+# to the same kernel), and the argument list handed to the compiled kernel is Triton's bound
+# argument list, in order, with the call's grid.
+_FAST_KEY_SCRIPT = r"""
+import itertools, os, sys
+sys.path[:0] = [os.path.join(sys.argv[1], "scripts"), sys.argv[1]]
+import hopper_dev2 as D
+D.install_mock_sm90_driver()
+import torch
+from fusedattn.kernels import hopper_fp8_fwd as F
+from fusedattn.kernels import fast_launch as FL
+from fusedattn.fp8 import quantize_fp8
+F._num_sms = lambda device: 132
+
+class Capture:  # stands in for the compiled kernel: records what the fast path launches
+    def __getitem__(self, grid):
+        return lambda *a: seen.update(grid=grid, args=a)
+
+K = F.attn_fp8_fwd_kernel
+g = torch.Generator().manual_seed(0)
+groups, calls, launched = {}, 0, 0
+for d, causal in itertools.product((64, 128, 256), (False, True)):
+    for sq, sk, h, hk, qb, kvb, mis, neg, odt in itertools.product(
+            (1, 130, 300), (100, 300), (2, 4), (1, 2), (64, 128), (128, 256), (False, True),
+            (False, True), (torch.bfloat16, torch.float16)):
+        if (qb == 64) + mis + neg + (odt == torch.float16) > 1:
+            continue   # one odd feature per call at most
+        q = torch.randn(1, sq, h, d, generator=g).to(torch.bfloat16)
+        k = torch.randn(1, sk, hk, d, generator=g).to(torch.bfloat16)
+        qq = quantize_fp8(q, role="q", rotate=True, block_size=qb)
+        kq = quantize_fp8(k, role="k", rotate=True, block_size=kvb)
+        vq = quantize_fp8(k, role="v", block_size=kvb)
+        out, lse = torch.empty(1, sq, h, d, dtype=odt), torch.empty(1, h, sq)
+        if mis:  # lse at a 4-byte offset: its pointer not 16-byte aligned
+            lse = torch.empty(sq * h + 4)[1:1 + sq * h].view(1, h, sq)
+        scale = -0.1 if neg else d ** -0.5   # a negative scale turns the raw-score max off
+        key, args, kwargs, grid = F.forward(qq, kq, vq, causal, scale, out_dtype=odt, _out=out,
+                                            _lse=lse, _key_only=True)
+        bound, spec, opts = K.device_caches[0][4](*args, **kwargs)
+        groups.setdefault(key, set()).add(repr((spec, opts)))
+        calls += 1
+        if key not in F._FAST:  # the first call of a key: its arguments become the template
+            FL.remember(F._FAST, key, K, Capture(), args, kwargs, F._RUNTIME_ARGS)
+        seen = {}
+        F.forward(qq, kq, vq, causal, scale, out_dtype=odt, _out=out, _lse=lse)  # the fast path
+        assert seen["grid"] == tuple(grid) + (1,) * (3 - len(grid)), (seen["grid"], grid)
+        for got, (name, want) in zip(seen["args"], bound.items(), strict=True):
+            if hasattr(want, "block_shape"):   # a descriptor: the record the launcher reads
+                assert isinstance(got, FL.DescArg) and got.base is want.base
+                assert (got.shape, got.strides, got.padding) == (want.shape, want.strides, want.padding)
+            elif isinstance(want, torch.Tensor):
+                # the same tensor; k / v quantised with blocks larger than the key tile get
+                # their scales repeated per tile afresh on each call (QuantizedTensor.reblocked)
+                fresh = name in ("ks_ptr", "vs_ptr") and kvb > args[1].block_shape[1]
+                assert got is want or (fresh and torch.equal(got, want)), (name, d, kvb)
+            else:
+                assert got == want, (name, got, want)
+        launched += 1
+bad = sum(len(v) > 1 for v in groups.values())
+print(f"RESULT calls={calls} keys={len(groups)} bad={bad} launched={launched}")
+"""
+
+
+def test_fast_launch_key_matches_triton_specialisation():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _FAST_KEY_SCRIPT, ROOT], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT")][-1]
+    fields = dict(kv.split("=") for kv in line.split()[1:])
+    calls, keys, bad = int(fields["calls"]), int(fields["keys"]), int(fields["bad"])
+    assert bad == 0, line
+    assert keys < calls / 2, line   # calls do share keys: the check above is not vacuous
+    assert int(fields["launched"]) == calls

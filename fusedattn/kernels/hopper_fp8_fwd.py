@@ -119,6 +119,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from . import fast_launch as _fl
+
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 P_SCALE_LOG2 = 8.0  # P is stored as e4m3(P * 2**8); must equal log2(fp8_reference.P_SCALE)
@@ -1947,6 +1949,18 @@ def clear_tile_schedules() -> None:
     _SCHEDULES.clear()
 
 
+# Host time per call: after the first launch for a given specialisation, later launches with
+# the same specialisation go straight to the compiled kernel (fast_launch.py; the 16-bit kernel
+# does the same since session 2). forward() builds the key; tests/test_hopper_fp8_compile.py
+# checks with Triton's own binder that equal keys mean equal specialisations and that the
+# argument list is Triton's. FAST_LAUNCH = False turns this off.
+FAST_LAUNCH = True
+_FAST: dict = {}
+_RUNTIME_ARGS = ("q_desc", "k_desc", "v_desc", "out_ptr", "lse_ptr", "qs_ptr", "ks_ptr", "vs_ptr",
+                 "seqlen_q", "seqlen_k", "heads", "kv_heads", "num_m_tiles", "qk_scale",
+                 "q_block", "q_nblk", "kv_nblk", "sched_ptr", "o_desc")
+
+
 @functools.lru_cache(maxsize=None)
 def _no_schedule(device: torch.device) -> torch.Tensor:
     # the kernel's sched_ptr where no table is used (never read)
@@ -1956,7 +1970,8 @@ def _no_schedule(device: torch.device) -> torch.Tensor:
 def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             config: Fp8FwdConfig | None = None, out_dtype: torch.dtype = torch.bfloat16,
             _out: torch.Tensor | None = None, _lse: torch.Tensor | None = None,
-            _warmup: bool = False, _diagnostic: bool = False, _programs: int | None = None):
+            _warmup: bool = False, _diagnostic: bool = False, _programs: int | None = None,
+            _key_only: bool = False):
     """FP8 attention forward: (out, lse) as fusedattn.fp8_reference.fp8_attention_forward.
 
     qq, kq, vq: QuantizedTensors (roles "q", "k", "v"; q and k both rotated with one seed or both
@@ -1971,7 +1986,8 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
     on-disk cache) with exactly this call's specialisation, launch nothing, return the compiled
     kernel (scripts/hopper_fp8_dev.py precompiles its kernels in parallel processes).
     _programs: the persistent loop's grid at most this many programs (default: one per SM), so
-    that tests and the sanitizer run many tiles per program on small shapes.
+    that tests and the sanitizer run many tiles per program on small shapes. _key_only: return
+    (fast-launch key, args, kwargs, grid) of the launch instead (the test of the key).
     """
     from ..fp8_reference import _check
     _check(qq, kq, vq)   # types, roles, rotation/seed consistency, shapes, devices
@@ -2013,10 +2029,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
                                                     dtype=torch.float32, device=dev)
     if out.dtype != out_dtype or not out.is_contiguous() or not lse.is_contiguous():
         raise ValueError("_out/_lse must be contiguous, _out of out_dtype")
-    q_desc = _descriptor(q, cfg.block_m, head_dim)
-    k_desc = _descriptor(k, cfg.block_n, head_dim)
-    v_desc = _descriptor(v, 128, 64)      # boxes of 128 keys (BLOCK_N // 128 per key block)
-    num_m_tiles = triton.cdiv(seqlen_q, cfg.block_m)
+    num_m_tiles = -(-seqlen_q // cfg.block_m)   # (triton.cdiv costs ~5 us of host time here)
     grid = (batch * heads * num_m_tiles,)
     if _programs is not None and not cfg.persistent:
         raise ValueError("_programs caps the persistent loop's grid; this configuration runs one "
@@ -2040,15 +2053,41 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
                               cfg.block_m, cfg.block_n, cfg.l2_section_kb, grid[0], dev)
     else:
         sched = _no_schedule(dev)
-    args = (q_desc, k_desc, v_desc, out, lse, qs, ks, vs,
-            seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles, scale * LOG2E,
-            qq.block_size, qs.shape[-1], ks.shape[-1], sched)
+    ints = (seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles)
+    blocks = (qq.block_size, qs.shape[-1], ks.shape[-1])
+    o_desc = cfg.o_tma or cfg.o_half or cfg.o_ring
+    key = None
+    if _key_only or (FAST_LAUNCH and not _warmup):
+        # everything the launch's specialisation depends on (see FAST_LAUNCH): the config,
+        # causal, head_dim and output dtype make the descriptors' block shapes and every
+        # constexpr but the two set per call (LPT, SOFTMAX_FMA); the int arguments are not
+        # specialised (_INT_ARGS) but for their width; pointers by their 16-byte alignment
+        key = (dev, out_dtype, cfg, bool(causal), head_dim, cx["LPT"], cx["SOFTMAX_FMA"],
+               tuple(t.data_ptr() % 16 == 0 for t in (out, lse, qs, ks, vs, sched)),
+               all(-2 ** 31 <= x < 2 ** 31 for x in ints + blocks))
+        hit = None if _key_only else _FAST.get(key)
+        if hit is not None:
+            compiled, template, index = hit
+            runtime = dict(zip(_RUNTIME_ARGS[:-1], (
+                _fl.DescArg(q), _fl.DescArg(k), _fl.DescArg(v), out, lse, qs, ks, vs, *ints,
+                scale * LOG2E, *blocks, sched)))
+            if o_desc:
+                runtime["o_desc"] = _fl.DescArg(out)
+            compiled[tuple(grid) + (1,) * (3 - len(grid))](*_fl.arglist(template, index, runtime))
+            return out, lse
+    args = (_descriptor(q, cfg.block_m, head_dim), _descriptor(k, cfg.block_n, head_dim),
+            _descriptor(v, 128, 64),      # boxes of 128 keys (BLOCK_N // 128 per key block)
+            out, lse, qs, ks, vs, *ints, scale * LOG2E, *blocks, sched)
     cx["o_desc"] = (_descriptor(out, cfg.block_m // 2, head_dim, o_smem_layout())
-                    if cfg.o_tma or cfg.o_half or cfg.o_ring else None)
+                    if o_desc else None)
+    kwargs = dict(cx, num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
+    if _key_only:
+        return key, args, kwargs, grid
     if _warmup:
-        return attn_fp8_fwd_kernel.warmup(*args, grid=grid, **cx, num_warps=cfg.num_warps,
-                                          maxnreg=cfg.maxnreg)
-    attn_fp8_fwd_kernel[grid](*args, **cx, num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
+        return attn_fp8_fwd_kernel.warmup(*args, grid=grid, **kwargs)
+    compiled = attn_fp8_fwd_kernel[grid](*args, **kwargs)
+    if key is not None:
+        _fl.remember(_FAST, key, attn_fp8_fwd_kernel, compiled, args, kwargs, _RUNTIME_ARGS)
     return out, lse
 
 

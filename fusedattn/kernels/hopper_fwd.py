@@ -97,6 +97,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 # the timing diagnostic's clock stamps (diag_stamps) are the FP8 kernel's
 from .hopper_fp8_fwd import _CLOCK, _GTIMER, _SMID, _stamp
+from . import fast_launch as _fl
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -2730,37 +2731,20 @@ def _launch(kernel, grid, warmup, *args, **kwargs):
     return kernel.run(*args, grid=grid, warmup=False, **kwargs)
 
 
-# Host time per call. Triton's JITFunction.run binds and specialises every argument on every call
-# (~25-30% of the launcher's Python time) and the checks of a host TensorDescriptor cost another
-# ~30%: together a call took 100-170 us of host time on the H200's host (device runs 8-9), 2-4x
-# SDPA's, and at short sequences that time is exposed. After the first launch of a kernel for a
-# given specialisation, later launches with the same specialisation go straight to the compiled
-# kernel (CompiledKernel[grid](*all_arguments), Triton's launch of a compiled kernel) with plain
-# descriptor records. The key holds every input of Triton 3.6's specialisation of our arguments:
-# the constexprs and options (from the config and the call) and, per runtime argument, what
-# Triton looks at: an int's value == 1, its divisibility by 16 and whether it fits in 32 bits; a
-# pointer's 16-byte alignment; a descriptor's dtype, block shape and layout (all fixed by the
-# config and dtype). tests/test_hopper_compile.py checks that equal keys mean equal
-# specialisations, with Triton's own binder. FAST_LAUNCH = False turns this off.
+# Host time per call: after the first launch of a kernel for a given specialisation, later
+# launches with the same specialisation go straight to the compiled kernel (fast_launch.py). The
+# key holds every input of Triton 3.6's specialisation of our arguments: the constexprs and
+# options (from the config and the call) and, per runtime argument, what Triton looks at: an
+# int's value == 1, its divisibility by 16 and whether it fits in 32 bits; a pointer's 16-byte
+# alignment; a descriptor's dtype, block shape and layout (all fixed by the config and dtype).
+# tests/test_hopper_compile.py checks that equal keys mean equal specialisations, with Triton's
+# own binder. FAST_LAUNCH = False turns this off.
 FAST_LAUNCH = True
 _FAST = {}
 _ASM_OFFSETS = {}   # asm_waits: (k_ready, v_ready) offsets per launch key
-
-
-class _DescArg:
-    """What Triton's launcher reads from a host tensor descriptor (make_tensordesc_arg)."""
-    __slots__ = ("base", "shape", "strides", "padding")
-
-    def __init__(self, t):
-        self.base = t
-        self.shape = list(t.shape)   # as _descriptor: the tensor's own shape and strides
-        self.strides = list(t.stride())
-        self.padding = "zero"
-
-
-def _int_key(x: int):
-    return (x == 1, x % 16 == 0, -2 ** 31 <= x < 2 ** 31)
-
+_DescArg = _fl.DescArg
+_int_key = _fl.int_key
+_fast_arglist = _fl.arglist
 
 # the kernel's runtime arguments (everything else is a constexpr, fixed by the key)
 _RUNTIME_ARGS = ("q_desc", "k_desc", "v_desc", "out_ptr", "lse_ptr", "seqlen_q", "seqlen_k",
@@ -2769,24 +2753,9 @@ _RUNTIME_ARGS = ("q_desc", "k_desc", "v_desc", "out_ptr", "lse_ptr", "seqlen_q",
 
 
 def _remember(key, kernel, compiled, args, kwargs):
-    """After a launch through Triton: the compiled kernel and its full argument list (Triton's
-    bound arguments: the signature's order, defaults filled in) as a template for the key."""
-    if compiled is None or hasattr(compiled, "result"):
-        return
-    params = kernel.signature.parameters
-    vals = {n: p.default for n, p in params.items() if p.default is not p.empty}
-    vals.update(zip(params, args))
-    vals.update((n, v) for n, v in kwargs.items() if n in params)
-    names = tuple(params)
-    _FAST[key] = (compiled, [vals[n] for n in names],
-                  {n: names.index(n) for n in _RUNTIME_ARGS if n in params})
-
-
-def _fast_arglist(template, index, runtime: dict) -> list:
-    args = list(template)
-    for name, val in runtime.items():
-        args[index[name]] = val
-    return args
+    """After a launch through Triton: its compiled kernel and argument list as the key's
+    template (fast_launch.remember)."""
+    _fl.remember(_FAST, key, kernel, compiled, args, kwargs, _RUNTIME_ARGS)
 
 
 def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | None = None,
