@@ -30,3 +30,23 @@ def finite_or_zero(x):
 
 __all__ = ["attention_oracle", "plain_pytorch_attention", "max_err", "assert_close_to_oracle",
            "finite_or_zero"]
+
+
+def run_fast_launch_key_script(script: str, root: str, timeout: int = 900) -> None:
+    """Run a fast-launch key check (a script printing "RESULT calls=.. keys=.. bad=..
+    launched=..", with the stand-in sm_90a driver, outside the interpreter) and assert it: no key
+    shared by two specialisations, keys shared by calls (so the check is not vacuous), every call
+    launched through the fast path."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", script, root], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT")][-1]
+    fields = dict(kv.split("=") for kv in line.split()[1:])
+    calls, keys, bad = int(fields["calls"]), int(fields["keys"]), int(fields["bad"])
+    assert bad == 0, line
+    assert keys < calls / 2, line   # calls do share keys: the check is not vacuous
+    assert int(fields["launched"]) == calls
