@@ -2062,7 +2062,8 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
         # causal, head_dim and output dtype make the descriptors' block shapes and every
         # constexpr but the two set per call (LPT, SOFTMAX_FMA); the int arguments are not
         # specialised (_INT_ARGS) but for their width; pointers by their 16-byte alignment
-        key = (dev, out_dtype, cfg, bool(causal), head_dim, cx["LPT"], cx["SOFTMAX_FMA"],
+        key = (dev, out_dtype, lse.dtype, q.dtype, k.dtype, v.dtype, cfg, bool(causal), head_dim,
+               cx["LPT"], cx["SOFTMAX_FMA"],
                tuple(t.data_ptr() % 16 == 0 for t in (out, lse, qs, ks, vs, sched)),
                all(-2 ** 31 <= x < 2 ** 31 for x in ints + blocks))
         hit = None if _key_only else _FAST.get(key)
