@@ -1039,6 +1039,9 @@ for d, causal in itertools.product((64, 128, 256), (False, True)):
         calls += 1
         if key not in F._FAST:  # the first call of a key: its arguments become the template
             FL.remember(F._FAST, key, K, Capture(), args, kwargs, F._RUNTIME_ARGS)
+            # ... holding none of this call's tensors (a large first call must not stay alive)
+            assert not any(isinstance(x, torch.Tensor) or hasattr(x, "block_shape")
+                           for x in F._FAST[key][1])
         seen = {}
         F.forward(qq, kq, vq, causal, scale, out_dtype=odt, _out=out, _lse=lse)  # the fast path
         assert seen["grid"] == tuple(grid) + (1,) * (3 - len(grid)), (seen["grid"], grid)
@@ -1054,6 +1057,12 @@ for d, causal in itertools.product((64, 128, 256), (False, True)):
             else:
                 assert got == want, (name, got, want)
         launched += 1
+# Triton's knobs that enter its compile options change the key (Triton would recompile)
+from triton import knobs
+key0 = F.forward(qq, kq, vq, causal, 0.1, _key_only=True)[0]
+knobs.runtime.debug = True
+assert F.forward(qq, kq, vq, causal, 0.1, _key_only=True)[0] != key0
+knobs.runtime.debug = False
 bad = sum(len(v) > 1 for v in groups.values())
 print(f"RESULT calls={calls} keys={len(groups)} bad={bad} launched={launched}")
 """

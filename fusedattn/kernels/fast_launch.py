@@ -12,6 +12,16 @@ tests/test_hopper_fp8_compile.py).
 """
 from __future__ import annotations
 
+import torch
+from triton import knobs
+
+
+def context_key(device: torch.device):
+    """What a launch depends on besides its arguments: the current CUDA device (Triton loads the
+    kernel there) and the knobs Triton folds into its compile options (debug, instrumentation)."""
+    current = torch.cuda.current_device() if device.type == "cuda" else None
+    return current, knobs.runtime.debug, knobs.compilation.instrumentation_mode
+
 
 class DescArg:
     """What Triton's launcher reads from a host tensor descriptor (make_tensordesc_arg)."""
@@ -40,8 +50,12 @@ def remember(store: dict, key, kernel, compiled, args, kwargs, runtime_names) ->
     vals.update(zip(params, args))
     vals.update((n, v) for n, v in kwargs.items() if n in params)
     names = tuple(params)
-    store[key] = (compiled, [vals[n] for n in names],
-                  {n: names.index(n) for n in runtime_names if n in params})
+    index = {n: names.index(n) for n in runtime_names if n in params}
+    template = [vals[n] for n in names]
+    for i in index.values():   # hold no tensor of the first call (it may be large)
+        if isinstance(template[i], torch.Tensor) or hasattr(template[i], "block_shape"):
+            template[i] = None
+    store[key] = (compiled, template, index)
 
 
 def arglist(template, index, runtime: dict) -> list:

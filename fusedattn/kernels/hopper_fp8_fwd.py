@@ -2065,7 +2065,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
         key = (dev, out_dtype, lse.dtype, q.dtype, k.dtype, v.dtype, cfg, bool(causal), head_dim,
                cx["LPT"], cx["SOFTMAX_FMA"],
                tuple(t.data_ptr() % 16 == 0 for t in (out, lse, qs, ks, vs, sched)),
-               all(-2 ** 31 <= x < 2 ** 31 for x in ints + blocks))
+               tuple(-2 ** 31 <= x < 2 ** 31 for x in ints + blocks), _fl.context_key(dev))
         hit = None if _key_only else _FAST.get(key)
         if hit is not None:
             compiled, template, index = hit

@@ -2823,7 +2823,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
                out.data_ptr() % 16 == 0, lse.data_ptr() % 16 == 0, tuple(map(_int_key, ints)),
                _int_key(runtime["l2_heads"]) if cfg.scheduler else None,
                _int_key(runtime["n_bh_arg"]) if cfg.scheduler else None,
-               runtime["tile_counter"].data_ptr() % 16 == 0 if cfg.scheduler else None)
+               runtime["tile_counter"].data_ptr() % 16 == 0 if cfg.scheduler else None,
+               _fl.context_key(q.device))
         hit = None if _key_only else _FAST.get(key)
         if hit is not None:
             compiled, template, index = hit
