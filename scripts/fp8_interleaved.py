@@ -10,6 +10,9 @@ once alone after 2 s idle, before the warm-up (the first-measured figure). The S
 are sampled by nvidia-smi in the background (clocks.csv beside the output).
 
     [FP8_CELLS="d,causal,seqlen;..."] python3 scripts/fp8_interleaved.py OUT_DIR [VARIANT ...]
+
+VARIANT "nofast" is the row launched through Triton's binder on every call (FAST_LAUNCH off):
+the control for forward()'s fast launch (session 20), whose effect shows at short sequences.
 """
 import json
 import os
@@ -29,6 +32,15 @@ from fusedattn.fp8_api import kv_block_for  # noqa: E402
 from fusedattn.kernels import hopper_fp8_fwd as F  # noqa: E402
 
 ROUNDS, WARM_S, REP_MS = 5, 1.0, 40
+PSEUDO = ("nofast",)   # not a kernel variant: the row with FAST_LAUNCH off
+
+
+def _no_fast(fn):
+    F.FAST_LAUNCH = False
+    try:
+        return fn()
+    finally:
+        F.FAST_LAUNCH = True
 CELLS = ((256, False, 2048), (256, False, 8192), (256, True, 8192), (128, False, 8192),
          (128, True, 2048), (128, True, 8192))
 CELLS = cells("FP8_CELLS", CELLS)   # e.g. FP8_CELLS="128,0,2048;256,1,2048"
@@ -57,12 +69,15 @@ def main():
             kvb = kv_block_for(d, causal)
             qq = fusedattn.quantize_fp8(q, role="q", rotate=True)
             fns = {}
-            for name in ["row"] + [n for n in variants if d in F.VARIANTS[n][1]]:
-                cfg = F.get_config(d, causal, kvb) if name == "row" else F.variant_config(name, d, causal)
+            for name in ["row"] + [n for n in variants if n in PSEUDO or d in F.VARIANTS[n][1]]:
+                cfg = (F.get_config(d, causal, kvb) if name in ("row",) + PSEUDO
+                       else F.variant_config(name, d, causal))
                 kq = fusedattn.quantize_fp8(k, role="k", rotate=True, block_size=cfg.block_n)
                 vq = fusedattn.quantize_fp8(v, role="v", block_size=cfg.block_n)
                 fns[name] = (lambda cfg=cfg, kq=kq, vq=vq:
                              F.forward(qq, kq, vq, causal, scale, config=cfg))
+                if name == "nofast":
+                    fns[name] = lambda f=fns[name]: _no_fast(f)
             if fa3 is not None:
                 q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in (q, k, v))
                 fns["fa3_fp8"] = lambda: fa3(q8, k8, v8, causal=causal, softmax_scale=scale)
