@@ -2055,7 +2055,9 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
         sched = _no_schedule(dev)
     ints = (seqlen_q, seqlen_k, heads, kv_heads, num_m_tiles)
     blocks = (qq.block_size, qs.shape[-1], ks.shape[-1])
-    o_desc = cfg.o_tma or cfg.o_half or cfg.o_ring
+    o_store = cfg.o_tma or cfg.o_half or cfg.o_ring   # O leaves by TMA store: O's descriptor
+    # the arguments after the three input descriptors, in the kernel's order (_RUNTIME_ARGS)
+    tail = (out, lse, qs, ks, vs, *ints, scale * LOG2E, *blocks, sched)
     key = None
     if _key_only or (FAST_LAUNCH and not _warmup):
         # everything the launch's specialisation depends on (see FAST_LAUNCH): the config,
@@ -2069,18 +2071,17 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
         hit = None if _key_only else _FAST.get(key)
         if hit is not None:
             compiled, template, index = hit
-            runtime = dict(zip(_RUNTIME_ARGS[:-1], (
-                _fl.DescArg(q), _fl.DescArg(k), _fl.DescArg(v), out, lse, qs, ks, vs, *ints,
-                scale * LOG2E, *blocks, sched)))
-            if o_desc:
+            runtime = dict(zip(_RUNTIME_ARGS[:-1],
+                               (_fl.DescArg(q), _fl.DescArg(k), _fl.DescArg(v), *tail)))
+            if o_store:
                 runtime["o_desc"] = _fl.DescArg(out)
             compiled[tuple(grid) + (1,) * (3 - len(grid))](*_fl.arglist(template, index, runtime))
             return out, lse
     args = (_descriptor(q, cfg.block_m, head_dim), _descriptor(k, cfg.block_n, head_dim),
             _descriptor(v, 128, 64),      # boxes of 128 keys (BLOCK_N // 128 per key block)
-            out, lse, qs, ks, vs, *ints, scale * LOG2E, *blocks, sched)
+            *tail)
     cx["o_desc"] = (_descriptor(out, cfg.block_m // 2, head_dim, o_smem_layout())
-                    if o_desc else None)
+                    if o_store else None)
     kwargs = dict(cx, num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
     if _key_only:
         return key, args, kwargs, grid
