@@ -59,11 +59,14 @@ def main():
                 vq = fusedattn.quantize_fp8(v, role="v", block_size=cfg.block_n)
         else:
             row = F.get_config(d, causal, kvb)
-            # o_tma is for one-tile programs; o_half, early_q and sched_table for persistent ones
-            # (the persistent causal rows' one-tile form drops them: run 81's phases step failed)
-            cfg = replace(row, diag_stamps=True, persistent=pers, o_tma=row.o_tma and not pers,
-                          o_half=row.o_half and pers, early_q=row.early_q and pers,
-                          sched_table=row.sched_table and pers)
+            # o_tma is for one-tile programs; o_half, o_ring, early_q and sched_table for
+            # persistent ones (the persistent rows' one-tile form drops them, and stores O by
+            # o_tma where the row stores it through the V ring: run 81's and run 91's phases
+            # steps failed on these)
+            cfg = replace(row, diag_stamps=True, persistent=pers,
+                          o_tma=(row.o_tma or row.o_ring) and not pers,
+                          o_half=row.o_half and pers, o_ring=row.o_ring and pers,
+                          early_q=row.early_q and pers, sched_table=row.sched_table and pers)
         for _ in range(30):   # warm, at the power-limited clock
             F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
         _, lse = F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
