@@ -402,6 +402,17 @@ VARIANTS = {
     # Device run 15: no better than ldsm alone (+2.6/+4.0% non-causal, -3.9/+2.1% causal)
     "ov256": ({"overlap": True, "pack_p": True, "unpack_prmt": True, "ldsm_transpose": True,
                "producer_regs": 24}, ()),
+    # session 21: ov256 on today's one-tile row (vpo; v_perm made the transpose's stores free of
+    # bank conflicts since run 15's measurement), causal with the mask alone. Run 92's stamps:
+    # the row's key-block loop 3108-3119 cycles per block against FA3-FP8's ~2790-2930 at one
+    # clock; FA3-FP8 runs this tile with the overlap. SASS (CPU): QK^T of block j+1 and P V of
+    # block j issued before block j+1's softmax, waits <1> then <0>; no wgmma serialised; no
+    # local memory in a consumer loop; the producer (24 registers) loads 7 words per block.
+    # Device run 93 (H200): checks passed; loop 3088 vs vpo's 3079 cycles per block (non-causal
+    # 8k), 3518 vs 3433 (causal 2k); rounds 0.95-1.00x the row, level with vpo or below. Not
+    # adopted: the consumers' softmax is not what sets the loop's period
+    "ovpo": ({"overlap": True, "pack_p": True, "unpack_prmt": True, "producer_regs": 24,
+              "causal_mask_only": True}, (256,)),
     # session 7: run 24's profile (hdim 256, 8k, the row beside FA3-FP8) put the gap in the
     # consumers' waits for their own products (4 wgmma waits per block: 21.7k stall samples
     # against FA3's 6.1k); ov256 timed again beside the row, and without pingpong. Device run
