@@ -113,7 +113,8 @@ for d, causal, variant in json.loads(sys.argv[1]):
          "ptx_counts": {key: ptx.count(key) for key in (
              "wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier.try_wait", "stmatrix",
              "fence.proxy.async", "cvt.rn.satfinite.e4m3x2.f32", "ld.local", "st.local",
-             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "prmt.b32")}}
+             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "prmt.b32",
+             "mbarrier.arrive.expect_tx", "bar.sync")}}
     r.update({kk: v for kk, v in fi.ptxas_report(ptx).items() if kk != "ptxas_text"})
     sc = fi.sass_counts(k.asm["cubin"])
     r["sass_counts"] = {kk: v for kk, v in sc.items() if kk != "sass"}
@@ -790,6 +791,27 @@ def test_hdim256_overlap_is_serialised_by_register_shortage():
     assert r["wgmma_serialized"] == ["C7512"], r["wgmma_serialized"]
     assert r["spill_stores"] > 0
     assert 2 * r["sass_counts"]["GMMA_WAITED"] > r["sass_counts"]["GMMA"]
+
+
+def test_vt_signal_expect_takes_membar_barriers_out_of_the_producer():
+    """vt_signal_expect (session-21 candidate, variant pvx): the producer signals V^T ready with
+    a 0-byte expect (one arrive, as mbarrier.arrive) instead of mbarrier.arrive, which Triton
+    3.6's membar pass fences on both sides (it counts as an access to all shared memory;
+    scripts/membar_study). The same products and loads, one signal fewer as a plain arrive, one
+    more as an expect, and fewer warpgroup barriers; refused with the split producer."""
+    row, pvx = _run_reports([(256, False, None), (256, False, "pvx")])
+    assert pvx["config"]["vt_signal_expect"] and not row["config"]["vt_signal_expect"]
+    a, b = row["ptx_counts"], pvx["ptx_counts"]
+    for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
+                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"):
+        assert a[key] == b[key], key
+    assert b["mbarrier.arrive.expect_tx"] == a["mbarrier.arrive.expect_tx"] + 1
+    assert b["bar.sync"] < a["bar.sync"]
+    assert pvx["sass_counts"]["BAR"] < row["sass_counts"]["BAR"]
+    assert pvx["spill_stores"] <= row["spill_stores"]
+    with pytest.raises(ValueError, match="vt_signal_expect"):
+        F._constexprs(256, False, replace(F.variant_config("split", 256, False),
+                                          vt_signal_expect=True))
 
 
 def test_timing_diagnostic_is_refused_without_its_flag():

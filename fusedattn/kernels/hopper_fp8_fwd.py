@@ -213,6 +213,14 @@ class Fp8FwdConfig:
                                # program predicted to finish first) instead of tiles pid,
                                # pid + grid, ... (run 36: that static stride leaves programs
                                # 6-54% apart in work when causal)
+    # --- session-21 candidate (fp8_log.md, session 21), off until measured on a GPU ---
+    vt_signal_expect: bool = False  # the producer signals V^T ready with an expect of 0 bytes
+                                    # (mbarrier.arrive.expect_tx ..., 0: the same single arrive)
+                                    # instead of mbarrier.arrive, whose lowering Triton 3.6's
+                                    # membar pass treats as touching all shared memory, so that
+                                    # a warpgroup barrier lands before it and before the next
+                                    # block's first shared-memory access. The explicit fence and
+                                    # thread barrier before the signal stay (kernel LDSM_T bit 2)
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -550,6 +558,11 @@ VARIANTS = {
     # Device run 85 (H100): +5.8..7.0% at 2k, +6.2% non-causal 8k, +0.8% causal 8k: hdim 256's
     # rows since (session 20); vpo, the previous row, is timed beside them
     "pvr": (_PERSISTENT_RING, ()),
+    # session 21: hdim 256's rows (pvr) with V^T signalled by a 0-byte expect instead of an
+    # arrive (vt_signal_expect). A helper's CPU study of Triton 3.6's membar pass (fp8_log.md,
+    # session 21): an mbarrier.arrive counts as a read and write of all shared memory, so membar
+    # fences it on both sides; the expect touches its mbarrier alone. Not yet run on a GPU
+    "pvx": (dict(_PERSISTENT_RING, vt_signal_expect=True), (256,)),
     # the same O path on hdim 128's causal row in place of o_half (no buffer of its own, both
     # warpgroups' stores at once, no turns; V_0 of the next tile waits for them). Device run 85:
     # +2.0% at 2k and 8k, the (128, True, 256) row since; oh256c, the previous row, timed beside it
@@ -916,11 +929,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         s = g % NUM_STAGES
         mbarrier.wait(vs_ready.index(vs), (g // V_STAGES) & 1)
         mbarrier.wait(vt_empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
-        if LDSM_T != 2:   # 2: the timing diagnostic diag_no_transpose (no transpose at all)
-            _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T)
+        if LDSM_T & 3 != 2:   # 2: the timing diagnostic diag_no_transpose (no transpose at all)
+            _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3)
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
-        mbarrier.arrive(vt_ready.index(s), count=1)
+        if LDSM_T & 4:   # vt_signal_expect: one arrive that membar sees on vt_ready alone
+            mbarrier.expect(vt_ready.index(s), 0)
+        else:
+            mbarrier.arrive(vt_ready.index(s), count=1)
         if STAMPS:
             if j == 0:
                 _stamp(lse_ptr, stamp_base, 5, _CLOCK)
@@ -2137,6 +2153,9 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.o_half and not (cfg.persistent and not cfg.o_tma):
         raise ValueError("o_half is for the persistent rows (persistent=True, o_tma=False): the "
                          "one-tile rows store O through the staging ring instead (o_tma)")
+    if cfg.vt_signal_expect and cfg.split_producer:
+        raise ValueError("vt_signal_expect is for the one-warpgroup producer (split_producer=False): "
+                         "the split producer's transposer signals V^T with mbarrier.arrive")
     if cfg.o_ring and not (cfg.persistent and cfg.early_q and not cfg.o_tma and not cfg.o_half
                            and cfg.v_stages * cfg.block_n >= cfg.block_m * 2):
         raise ValueError("o_ring is for the persistent rows with early_q (persistent=True, "
@@ -2159,11 +2178,18 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
                 SOFTMAX_FMA=_fma_bits(cfg),
                 PACK_P=(2 if cfg.pack_p and cfg.unpack_prmt else cfg.pack_p),
                 PINGPONG=cfg.pingpong, PERSISTENT=cfg.persistent,
-                LDSM_T=2 if cfg.diag_no_transpose else (3 if cfg.v_perm else cfg.ldsm_transpose),
+                LDSM_T=_ldsm_bits(cfg),
                 LPT=bool(cfg.lpt_order and causal and not cfg.persistent),
                 SPLIT=cfg.split_producer, STAMPS=cfg.diag_stamps,
                 EARLY_Q=cfg.early_q, SCHED=bool(cfg.sched_table and causal),
                 O_RING=cfg.o_ring)
+
+
+def _ldsm_bits(cfg: Fp8FwdConfig):
+    """The kernel's LDSM_T: 1 the ldmatrix transpose, 2 diag_no_transpose, 3 with v_perm; bit 2
+    vt_signal_expect (the rows without it keep their earlier value)."""
+    t = 2 if cfg.diag_no_transpose else (3 if cfg.v_perm else cfg.ldsm_transpose)
+    return int(t) | 4 if cfg.vt_signal_expect else t
 
 
 def _fma_bits(cfg: Fp8FwdConfig):
