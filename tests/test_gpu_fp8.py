@@ -150,6 +150,42 @@ def test_persistent_rows_many_tiles_per_program(first_launch, shape, d, causal):
 
 
 @needs_sm90
+@pytest.mark.parametrize("variant", ["pvx", "pvxc"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (3, 640, 900, 2, 1)],
+                         ids=lambda s: "b{}_q{}_k{}_h{}_hk{}".format(*s))
+def test_expect_signal_candidates_bitwise_equal_to_the_row(first_launch, shape, causal, variant):
+    """The session-21 candidates change only how the producer signals V^T ready (pvx) and how the
+    consumers release K / V^T (pvxc): 0-byte expects in place of mbarrier.arrive, without the
+    warpgroup barriers membar put around the arrive. The arithmetic is the row's, so the outputs
+    must be bitwise the row's, on one program per SM and on 2 programs (several tiles each),
+    five times over: a release that came before the stage was read shows as a difference."""
+    from fusedattn.kernels import hopper_fp8_fwd as F
+
+    d = 256
+    _require(first_launch, d)
+    row = F.get_config(d, causal, 128)
+    cfg = F.variant_config(variant, d, causal)
+    b, sq, sk, h, hk = shape
+    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + causal)
+    qq = quantize_fp8(q, role="q", rotate=True, seed=5)
+    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=128)
+    vq = quantize_fp8(v, role="v", block_size=128)
+    scale = d ** -0.5
+    for programs in (None, 2):
+        ref, ref_lse = F.forward(qq, kq, vq, causal, scale, config=row, _programs=programs)
+        for _ in range(5):
+            out = torch.full((b, sq, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+            lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
+            F.forward(qq, kq, vq, causal, scale, config=cfg, _out=out, _lse=lse,
+                      _programs=programs)
+            torch.cuda.synchronize()
+            assert torch.equal(out, ref)
+            assert torch.equal(lse.nan_to_num(), ref_lse.nan_to_num())
+    check_against_spec_and_oracle(q, k, v, qq, kq, vq, out, lse, causal, scale)
+
+
+@needs_sm90
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_kernel_q_blocks_of_64_no_rotation_fp16_out(first_launch, d):
     """q's block_size is free (the scale is looked up per row); no rotation; float16 output."""

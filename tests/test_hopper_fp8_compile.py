@@ -793,13 +793,13 @@ def test_hdim256_overlap_is_serialised_by_register_shortage():
     assert 2 * r["sass_counts"]["GMMA_WAITED"] > r["sass_counts"]["GMMA"]
 
 
-def test_vt_signal_expect_takes_membar_barriers_out_of_the_producer():
+def test_expect_signals_take_membar_barriers_out_of_the_loops():
     """vt_signal_expect (session-21 candidate, variant pvx): the producer signals V^T ready with
     a 0-byte expect (one arrive, as mbarrier.arrive) instead of mbarrier.arrive, which Triton
     3.6's membar pass fences on both sides (it counts as an access to all shared memory;
     scripts/membar_study). The same products and loads, one signal fewer as a plain arrive, one
     more as an expect, and fewer warpgroup barriers; refused with the split producer."""
-    row, pvx = _run_reports([(256, False, None), (256, False, "pvx")])
+    row, pvx, pvxc = _run_reports([(256, False, None), (256, False, "pvx"), (256, False, "pvxc")])
     assert pvx["config"]["vt_signal_expect"] and not row["config"]["vt_signal_expect"]
     a, b = row["ptx_counts"], pvx["ptx_counts"]
     for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
@@ -812,6 +812,20 @@ def test_vt_signal_expect_takes_membar_barriers_out_of_the_producer():
     with pytest.raises(ValueError, match="vt_signal_expect"):
         F._constexprs(256, False, replace(F.variant_config("split", 256, False),
                                           vt_signal_expect=True))
+    # release_expect (variant pvxc): the consumers' K / V^T releases too, two per block and
+    # warpgroup, in both key-block loops (unmasked, masked) of both consumer partitions
+    c = pvxc["ptx_counts"]
+    for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async"):
+        assert c[key] == b[key], key
+    assert c["mbarrier.arrive.expect_tx"] == b["mbarrier.arrive.expect_tx"] + 2 * 2 * 2
+    assert c["bar.sync"] < b["bar.sync"]
+    assert pvxc["sass_counts"]["BAR"] < pvx["sass_counts"]["BAR"]
+    assert pvxc["spill_stores"] <= row["spill_stores"]
+    assert F._fma_bits(F.variant_config("pvxc", 256, False)) & 8
+    assert not F._fma_bits(F.get_config(256, False)) & 8
+    with pytest.raises(ValueError, match="release_expect"):
+        F._constexprs(256, False, replace(F.variant_config("ovpo", 256, False),
+                                          release_expect=True))
 
 
 def test_timing_diagnostic_is_refused_without_its_flag():

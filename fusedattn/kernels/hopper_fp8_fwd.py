@@ -221,6 +221,14 @@ class Fp8FwdConfig:
                                     # a warpgroup barrier lands before it and before the next
                                     # block's first shared-memory access. The explicit fence and
                                     # thread barrier before the signal stay (kernel LDSM_T bit 2)
+    release_expect: bool = False    # block by block (_block_serial): each consumer warpgroup
+                                    # releases its K and V^T stages with a 0-byte expect after
+                                    # its wgmma wait, not mbarrier.arrive, whose membar fences
+                                    # cost 3 warpgroup barriers per block (7 -> 4 in pvr's loop,
+                                    # CPU). Without the fence, one thread signals once its own
+                                    # wait returned, as FA3's K release does (one thread per
+                                    # warpgroup right after its wgmma wait; FA3 releases V with
+                                    # all 256 threads). Kernel SOFTMAX_FMA bit 3
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -563,6 +571,9 @@ VARIANTS = {
     # session 21): an mbarrier.arrive counts as a read and write of all shared memory, so membar
     # fences it on both sides; the expect touches its mbarrier alone. Not yet run on a GPU
     "pvx": (dict(_PERSISTENT_RING, vt_signal_expect=True), (256,)),
+    # the same with the consumers' K / V^T releases as 0-byte expects too (release_expect):
+    # warpgroup barriers in each consumer's key-block loop 7 -> 4 (CPU). Not yet run on a GPU
+    "pvxc": (dict(_PERSISTENT_RING, vt_signal_expect=True, release_expect=True), (256,)),
     # the same O path on hdim 128's causal row in place of o_half (no buffer of its own, both
     # warpgroups' stores at once, no turns; V_0 of the next tile waits for them). Device run 85:
     # +2.0% at 2k and 8k, the (128, True, 256) row since; oh256c, the previous row, timed beside it
@@ -1187,7 +1198,10 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     if PINGPONG:
         _named_bar(11 - WG, True)
     s_acc = warpgroup_mma_wait(0, deps=[s_tok])
-    mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
+    if FMA & 8:
+        mbarrier.expect(k_empty.index(s), 0)
+    else:
+        mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
     if EARLY_Q:
         if j == n_blocks - 1:
             mbarrier.arrive(q_empty, count=1)      # the tile's last QK^T has completed
@@ -1221,7 +1235,10 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
         o_tok = warpgroup_mma(p_op1, vt_smem.index(2 * s + 1).permute((1, 0)), o_tok,
                               is_async=True)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
-    mbarrier.arrive(vt_empty.index(s), count=1)    # V^T_j read
+    if FMA & 8:
+        mbarrier.expect(vt_empty.index(s), 0)
+    else:
+        mbarrier.arrive(vt_empty.index(s), count=1)    # V^T_j read
     return acc, m_i, l_i, v_j
 
 
@@ -2074,7 +2091,7 @@ def forward(qq, kq, vq, causal: bool, softmax_scale: float | None = None,
             cx["LPT"] = False
             grid = (batch * heads * num_m_tiles,)
     if cx["SOFTMAX_FMA"] & 1 and not scale > 0:   # the raw-score max needs a positive scale
-        cx["SOFTMAX_FMA"] = cx["SOFTMAX_FMA"] & 6 or False
+        cx["SOFTMAX_FMA"] = cx["SOFTMAX_FMA"] & 14 or False
     if cx["SCHED"]:
         sched = tile_schedule(batch * heads, heads // kv_heads, seqlen_q, seqlen_k, head_dim,
                               cfg.block_m, cfg.block_n, cfg.l2_section_kb, grid[0], dev)
@@ -2153,6 +2170,9 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.o_half and not (cfg.persistent and not cfg.o_tma):
         raise ValueError("o_half is for the persistent rows (persistent=True, o_tma=False): the "
                          "one-tile rows store O through the staging ring instead (o_tma)")
+    if cfg.release_expect and cfg.overlap:
+        raise ValueError("release_expect is for the block-by-block loop (overlap=False): the "
+                         "overlapped loop's releases are mbarrier.arrive")
     if cfg.vt_signal_expect and cfg.split_producer:
         raise ValueError("vt_signal_expect is for the one-warpgroup producer (split_producer=False): "
                          "the split producer's transposer signals V^T with mbarrier.arrive")
@@ -2194,9 +2214,11 @@ def _ldsm_bits(cfg: Fp8FwdConfig):
 
 def _fma_bits(cfg: Fp8FwdConfig):
     """The kernel's SOFTMAX_FMA: bit 0 softmax_fma, bit 1 mask_split, bit 2 v_perm (O's columns
-    put back in the epilogue); the rows without the later bits keep their earlier value."""
+    put back in the epilogue), bit 3 release_expect; the rows without the later bits keep their
+    earlier value."""
     bits = (int(cfg.softmax_fma) | 2) if cfg.mask_split else cfg.softmax_fma
-    return int(bits) | 4 if cfg.v_perm else bits
+    bits = int(bits) | 4 if cfg.v_perm else bits
+    return int(bits) | 8 if cfg.release_expect else bits
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
