@@ -874,6 +874,17 @@ def _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, n0, g, NUM_STAGES: gl.cons
 
 
 @gluon.jit
+def _signal(bar, AS_EXPECT: gl.constexpr):
+    """One arrive on bar. AS_EXPECT (vt_signal_expect, release_expect): as an expect of 0 bytes
+    (mbarrier.arrive.expect_tx), which Triton 3.6's membar pass sees as touching bar alone;
+    mbarrier.arrive it fences as an access to all shared memory (scripts/membar_study)."""
+    if AS_EXPECT:
+        mbarrier.expect(bar, 0)
+    else:
+        mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
 def _load_q(q_desc, q_smem, q_bar, b, h, m_start):
     # the tile's Q (one box of BLOCK_M rows) into its buffer, completing on q_bar
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
@@ -944,10 +955,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
             _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3)
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
-        if LDSM_T & 4:   # vt_signal_expect: one arrive that membar sees on vt_ready alone
-            mbarrier.expect(vt_ready.index(s), 0)
-        else:
-            mbarrier.arrive(vt_ready.index(s), count=1)
+        _signal(vt_ready.index(s), LDSM_T & 4)   # bit 2: vt_signal_expect
         if STAMPS:
             if j == 0:
                 _stamp(lse_ptr, stamp_base, 5, _CLOCK)
@@ -1198,10 +1206,7 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     if PINGPONG:
         _named_bar(11 - WG, True)
     s_acc = warpgroup_mma_wait(0, deps=[s_tok])
-    if FMA & 8:
-        mbarrier.expect(k_empty.index(s), 0)
-    else:
-        mbarrier.arrive(k_empty.index(s), count=1)     # K_j read
+    _signal(k_empty.index(s), FMA & 8)             # K_j read (bit 3: release_expect)
     if EARLY_Q:
         if j == n_blocks - 1:
             mbarrier.arrive(q_empty, count=1)      # the tile's last QK^T has completed
@@ -1235,10 +1240,7 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
         o_tok = warpgroup_mma(p_op1, vt_smem.index(2 * s + 1).permute((1, 0)), o_tok,
                               is_async=True)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
-    if FMA & 8:
-        mbarrier.expect(vt_empty.index(s), 0)
-    else:
-        mbarrier.arrive(vt_empty.index(s), count=1)    # V^T_j read
+    _signal(vt_empty.index(s), FMA & 8)            # V^T_j read (bit 3: release_expect)
     return acc, m_i, l_i, v_j
 
 
