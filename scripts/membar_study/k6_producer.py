@@ -200,6 +200,25 @@ def _producer_new(v_desc, k_desc, vs0, vs1, vs2, vs3, b0, b1, b2, b3, k_smem,
 
 
 @gluon.jit
+def vt_stages(fp8: gl.constexpr, vt_layout: gl.constexpr, VT: gl.constexpr):
+    """Two V^T stages (head_dim 256 x 128 keys) as VT allocations split along head_dim (1, 2 or
+    4), returned as the buffers of the four 64-column chunks (chunks of one allocation repeat
+    it; the transposer slices its chunk out of it)."""
+    if VT == 1:
+        vt = gl.allocate_shared_memory(fp8, [2, 256, 128], vt_layout)
+        return vt, vt, vt, vt
+    elif VT == 2:
+        vt = gl.allocate_shared_memory(fp8, [2, 128, 128], vt_layout)
+        vt1 = gl.allocate_shared_memory(fp8, [2, 128, 128], vt_layout)
+        return vt, vt1, vt, vt
+    else:
+        return (gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout),
+                gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout),
+                gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout),
+                gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout))
+
+
+@gluon.jit
 def kernel(v_desc, k_desc, n, STRUCT: gl.constexpr):
     fp8: gl.constexpr = v_desc.dtype
     vt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
@@ -240,21 +259,7 @@ def kernel(v_desc, k_desc, n, STRUCT: gl.constexpr):
             mbarrier.init(b2.index(i), count=1)
             mbarrier.init(b3.index(i), count=1)
         VT: gl.constexpr = 2 if STRUCT == 2 else (4 if STRUCT == 3 else 1)
-        if VT == 1:
-            vt = gl.allocate_shared_memory(fp8, [2, 256, 128], vt_layout)
-            vt1 = vt
-            vt2 = vt
-            vt3 = vt
-        elif VT == 2:
-            vt = gl.allocate_shared_memory(fp8, [2, 128, 128], vt_layout)
-            vt1 = gl.allocate_shared_memory(fp8, [2, 128, 128], vt_layout)
-            vt2 = vt
-            vt3 = vt
-        else:
-            vt = gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout)
-            vt1 = gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout)
-            vt2 = gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout)
-            vt3 = gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout)
+        vt, vt1, vt2, vt3 = vt_stages(fp8, vt_layout, VT)
         if STRUCT == 6:
             gl.warp_specialize([
                 (_default, (n,)),

@@ -9,7 +9,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, fence_async_shared
 from harness import compile_kernel, summarize, sass_counts, skeleton, V_DESC, K_DESC
-from k6_producer import _signal, NB, KB
+from k6_producer import _signal, vt_stages, NB, KB
 from fusedattn.kernels.hopper_fp8_fwd import _transpose_v_ldsm
 
 
@@ -80,21 +80,7 @@ def kernel(v_desc, k_desc, n, VT: gl.constexpr, SIG: gl.constexpr, TW: gl.conste
         mbarrier.init(vt_empty.index(i), count=2)
         mbarrier.init(vs_ready.index(i), count=1)
         mbarrier.init(vs_empty.index(i), count=1)
-    if VT == 1:
-        vt = gl.allocate_shared_memory(fp8, [2, 256, 128], vt_layout)
-        vt1 = vt
-        vt2 = vt
-        vt3 = vt
-    elif VT == 2:
-        vt = gl.allocate_shared_memory(fp8, [2, 128, 128], vt_layout)
-        vt1 = gl.allocate_shared_memory(fp8, [2, 128, 128], vt_layout)
-        vt2 = vt
-        vt3 = vt
-    else:
-        vt = gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout)
-        vt1 = gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout)
-        vt2 = gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout)
-        vt3 = gl.allocate_shared_memory(fp8, [2, 64, 128], vt_layout)
+    vt, vt1, vt2, vt3 = vt_stages(fp8, vt_layout, VT)
     gl.warp_specialize([
         (_default, (n,)),
         (_transposer, (vs, vt, vt1, vt2, vt3, vs_ready, vs_empty, vt_ready, vt_empty, n, VT, SIG)),
