@@ -3,14 +3,15 @@
 #   bash scripts/ncu_profile.sh OUTDIR "IMPL D CAUSAL SEQLEN" ["IMPL D CAUSAL SEQLEN" ...]
 # Per case: OUTDIR/NAME.ncu-rep, the details page as CSV (speed of light, warp states, scheduler,
 # memory), the raw metrics as CSV, and the per-SASS-instruction source page (stall samples).
-# Clocks are left alone (--clock-control none), as the device notes ask.
+# Clocks are left alone (--clock-control none), as the device notes ask. NCU_EXTRA_SECTIONS: more
+# --section options (e.g. MemoryWorkloadAnalysis_Tables for shared-memory bank conflicts).
 set -u
 out=$1; shift
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
  --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats \
- --section SourceCounters --section InstructionStats"
+ --section SourceCounters --section InstructionStats ${NCU_EXTRA_SECTIONS:-}"
 for case in "$@"; do
   set -- $case
   name="$(echo "$1" | tr ':' '_')_d$2_c$3_s$4"
