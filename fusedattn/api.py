@@ -8,6 +8,7 @@ was expected. The backend is chosen here too, and the call then goes to :func:`f
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +38,35 @@ CAUSAL_DIAGRAM = """\
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+def type_name(x) -> str:
+    """The type of x for an error message: 'str', 'numpy.bool', 'torch.Tensor'."""
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def check_bool(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type_name(value)}")
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_softmax_scale(value, name: str = "softmax_scale") -> None:
+    """None, or a real number that is finite in float32 (the kernels' precision); any sign."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float or None, got {type_name(value)}")
+    try:
+        f = float(value)
+    except OverflowError:
+        f = math.inf
+    if not (math.isfinite(f) and abs(f) <= _FLOAT32_MAX):
+        shown = "an int too large for a float" if isinstance(value, int) and math.isinf(f) else value
+        raise ValueError(f"{name} must be finite in float32 (|{name}| <= 3.4e38), got {shown}")
 
 
 def _check_inputs(q, k, v, causal, softmax_scale, backend) -> None:
@@ -73,13 +103,8 @@ def _check_inputs(q, k, v, causal, softmax_scale, backend) -> None:
                          "(MHA: equal; GQA: a multiple; MQA: kv_heads = 1)")
     if d == 0 or d % 8 != 0 or d > MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be a multiple of 8 between 8 and {MAX_HEAD_DIM}, got {d}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if softmax_scale is not None:
-        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
-            raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
-        if not math.isfinite(softmax_scale):
-            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    check_bool("causal", causal)
+    check_softmax_scale(softmax_scale)
     if not isinstance(backend, str):
         raise TypeError(f"backend must be a string, got {type(backend).__name__}")
     if backend != "auto" and backend not in BACKENDS:
@@ -99,7 +124,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
             multiple of kv_heads: MHA (equal), GQA, MQA (kv_heads = 1). Query head h reads kv head
             h // (heads // kv_heads). head_dim is a multiple of 8, at most 256. Any strides.
         causal: mask future keys; see the diagram below.
-        softmax_scale: defaults to 1 / sqrt(head_dim).
+        softmax_scale: defaults to 1 / sqrt(head_dim); any real number finite in float32
+            (negative and zero included, as torch's SDPA).
         return_lse: also return the logsumexp of each score row.
         backend: "auto" (the fastest that can take the inputs; see :func:`explain`), "hopper",
             "triton" or "reference". A named backend that cannot take the inputs raises ValueError
@@ -108,12 +134,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     Returns:
         out, (batch, seqlen_q, heads, head_dim) in q's dtype; with ``return_lse=True`` also the
         logsumexp, float32 (batch, heads, seqlen_q), natural log. Differentiable in q, k and v (and
-        through the logsumexp). seqlen_k = 0 gives zeros and a logsumexp of -inf.
+        through the logsumexp); second derivatives only with backend "reference" (the kernels'
+        gradients raise RuntimeError when differentiated). seqlen_k = 0 gives zeros and a
+        logsumexp of -inf.
 
     """
     _check_inputs(q, k, v, causal, softmax_scale, backend)
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    check_bool("return_lse", return_lse)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     fwd_name, bwd_name = resolve(Problem.of(q, k, causal), backend)
     out, lse = ops.attention(q, k, v, causal, scale, fwd_name, bwd_name)
@@ -135,6 +162,11 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = N
     What fusedattn does not compute raises NotImplementedError rather than computing something
     else: an ``attn_mask`` and ``dropout_p > 0``. Only 4-dimensional inputs are accepted.
     """
+    check_bool("is_causal", is_causal)
+    check_bool("enable_gqa", enable_gqa)
+    check_softmax_scale(scale, "scale")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p must be a float, got {type_name(dropout_p)}")
     if attn_mask is not None:
         raise NotImplementedError("fusedattn.sdpa does not support attn_mask (an arbitrary mask); "
                                   "use is_causal=True for causal masking, or "
@@ -154,7 +186,7 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = N
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     sq, sk = q.shape[1], k.shape[1]
     if not is_causal or sq == sk:
-        out = attention(q, k, v, causal=bool(is_causal), softmax_scale=scale)
+        out = attention(q, k, v, causal=is_causal, softmax_scale=scale)
     elif sq < sk:
         # Top-left: no query sees a key at or past position seqlen_q, so the call is the square
         # causal problem on the first seqlen_q keys (where both alignments agree).

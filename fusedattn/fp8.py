@@ -301,8 +301,11 @@ def quantize_fp8(x: torch.Tensor, *, block_size: int = 128, rotate: bool = False
                  role: str = "q", per_tensor: bool = False) -> QuantizedTensor:
     """Quantise x (batch, seqlen, heads, head_dim), fp16/bf16/fp32, to e4m3 with float32 block scales.
 
-    block_size: rows of seqlen sharing one scale, per (batch, head): a power of two in [16, 256];
-        use the FP8 attention kernel's tile height (128).
+    block_size: rows of seqlen sharing one scale, per (batch, head): a power of two in [16, 256].
+        For attention_fp8 use 128 for q, and for k and v the kernel's key tile,
+        ``fusedattn.fp8_api.kv_block_for(head_dim, causal)`` (256 at head_dim 64 and 128, 128 at
+        256); k and v in 128-row blocks run on the 128-key tile, which is slower at head_dim
+        64 and 128.
     rotate: multiply each row by ``hadamard_rotation(head_dim, seed)`` first (q and k only; both
         with the same seed).
     seed: the rotation's random signs.
@@ -318,13 +321,15 @@ def quantize_fp8(x: torch.Tensor, *, block_size: int = 128, rotate: bool = False
     if x.dtype not in _INPUT_DTYPES:
         raise ValueError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
     head_dim = x.shape[-1]
-    if head_dim % 8 != 0 or head_dim > 256:
-        raise ValueError(f"x's head_dim must be a multiple of 8 and at most 256, got {head_dim}")
+    if head_dim == 0 or head_dim % 8 != 0 or head_dim > 256:
+        raise ValueError(f"x's head_dim must be a multiple of 8 between 8 and 256, got {head_dim}")
     _check_int("block_size", block_size)
     if not (_MIN_BLOCK <= block_size <= _MAX_BLOCK) or block_size & (block_size - 1):
         raise ValueError(f"block_size must be a power of two in [{_MIN_BLOCK}, {_MAX_BLOCK}], "
                          f"got {block_size}")
     _check_int("seed", seed)
+    if not 0 <= seed < 2 ** 64:
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
     if role not in ("q", "k", "v"):
         raise ValueError(f"role must be 'q', 'k' or 'v', got {role!r}")
     if not isinstance(rotate, bool):
@@ -334,6 +339,10 @@ def quantize_fp8(x: torch.Tensor, *, block_size: int = 128, rotate: bool = False
     if rotate and role == "v":
         raise ValueError("rotate=True is not allowed with role='v': the rotation cancels only in "
                          "Q K^T (both rotated), nothing undoes it in P V")
+    if torch.is_grad_enabled() and x.requires_grad:
+        raise ValueError("quantize_fp8 does not carry gradients (FP8 attention is a forward pass "
+                         "only), and x requires grad: call it under torch.no_grad() or "
+                         "torch.inference_mode(), or on x.detach()")
     if x.stride(-1) != 1:
         x = x.contiguous()
 

@@ -25,6 +25,7 @@ import math
 import torch
 from torch import Tensor
 
+from .api import check_bool, check_softmax_scale, type_name
 from .fp8 import QuantizedTensor, quantize_fp8
 
 __all__ = ["attention_fp8", "FP8_BACKENDS", "FP8_HEAD_DIMS", "FP8_BLOCK"]
@@ -61,7 +62,10 @@ def _check_operand(name: str, x) -> None:
         if x.data.dtype != torch.float8_e4m3fn:
             raise TypeError(f"{name}.data must be float8_e4m3fn, got {_name(x.data.dtype)}")
         t = x.data
-        nb = -(-t.shape[1] // x.block_size) if t.dim() == 4 else None
+        bs = x.block_size
+        if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
+            raise ValueError(f"{name}.block_size must be a positive int, got {bs!r}")
+        nb = -(-t.shape[1] // bs) if t.dim() == 4 else None
         if t.dim() == 4 and tuple(x.scales.shape) != (t.shape[0], t.shape[2], nb):
             raise ValueError(f"{name}.scales has shape {tuple(x.scales.shape)}; expected (batch, "
                              f"heads, ceil(seqlen / block_size)) = {(t.shape[0], t.shape[2], nb)}")
@@ -111,20 +115,19 @@ def _check_args(q, k, v, causal, softmax_scale, incoherent, return_lse, seed, ba
         raise ValueError(f"backend must be one of {', '.join(repr(b) for b in FP8_BACKENDS)}, got "
                          f"{backend!r} ('hopper': the FP8 kernel, sm_90 only; 'reference': the "
                          "emulation in PyTorch, any device, slow)")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    check_bool("causal", causal)
+    check_bool("return_lse", return_lse)
     if incoherent is not None and not isinstance(incoherent, bool):
-        raise TypeError(f"incoherent must be a bool or None, got {type(incoherent).__name__}")
+        raise TypeError(f"incoherent must be a bool or None, got {type_name(incoherent)}")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-    if softmax_scale is not None:
-        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
-            raise TypeError(f"softmax_scale must be a float or None, got "
-                            f"{type(softmax_scale).__name__}")
-        if not math.isfinite(softmax_scale):
-            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+        raise TypeError(f"seed must be an int or None, got {type_name(seed)}")
+    if seed is not None and not 0 <= seed < 2 ** 64:
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    check_softmax_scale(softmax_scale)
+    plain = [(n, x.dtype) for n, x in (("q", q), ("k", k), ("v", v)) if isinstance(x, Tensor)]
+    if len({dt for _, dt in plain}) > 1:
+        raise TypeError("q, k and v given as tensors must share one dtype, got "
+                        + ", ".join(f"{n} {_name(dt)}" for n, dt in plain))
     if isinstance(v, QuantizedTensor) and v.rotated:
         raise ValueError("v must not be rotated (nothing undoes a rotation of V in P V)")
     qs, ks, vs = (x.shape for x in (q, k, v))
@@ -219,7 +222,7 @@ def attention_fp8(q, k, v, *, causal: bool = False, softmax_scale: float | None 
     measures (module docstring; RESULTS.md "FP8 accuracy study"): relative RMSE ~3-6 %. Forward
     only: inputs that require grad raise (use torch.no_grad()). The inputs are not modified.
 
-    CUDA graphs: with backend "hopper", causal at head_dim 64 and 128, the first call with a new
+    CUDA graphs: with backend "hopper", causal at head_dim 64, 128 and 256, the first call with a new
     shape builds the kernel's tile table on the host and copies it to the GPU (kept for the
     process, 4 bytes per tile); that first call cannot happen inside graph capture (it raises
     RuntimeError saying so): make the call once before capturing.

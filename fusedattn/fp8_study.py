@@ -283,7 +283,7 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=128, help="rows per scale (q; k and v too "
                     "unless --kv-block-size)")
     ap.add_argument("--kv-block-size", type=int, help="rows per scale of k and v (default: "
-                    "--block-size); attention_fp8 uses 256 at head_dim 64, and 128 non-causal")
+                    "--block-size); attention_fp8 uses 256 at head_dim 64 and 128, 128 at 256 (kv_block_for)")
     ap.add_argument("--real", action="store_true", help=f"also real activations (needs {REAL_REQUIREMENT})")
     ap.add_argument("--ablation", action="store_true", help="also the P requantisation choices")
     ap.add_argument("--out", help="write the results as JSON to this file")

@@ -115,14 +115,48 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        if grad_out is None and grad_lse is None:
-            return None, None, None, None, None, None, None
-        q, k, v, out, lse = ctx.saved_tensors
-        if grad_out is None:
-            grad_out = torch.zeros_like(out)
-        dq, dk, dv = _backward_impl(grad_out, q, k, v, out, lse, grad_lse, ctx.causal,
-                                    ctx.softmax_scale, ctx.backward_backend)
-        return dq, dk, dv, None, None, None, None
+        # The kernels' backward is not itself differentiable. With create_graph=True (grad mode
+        # on here) their gradients come back through _SecondDerivativeRefused, so that
+        # differentiating them (a gradient penalty, say) raises instead of silently treating them
+        # as constants, as torch's own flash-attention backward does. The reference backend's
+        # backward is plain differentiable PyTorch and keeps the second derivative.
+        if ctx.backward_backend == "reference" or not torch.is_grad_enabled():
+            return _eager_backward(ctx, grad_out, grad_lse)
+        with torch.no_grad():
+            grads = _eager_backward(ctx, grad_out, grad_lse)
+        if grads[0] is None:
+            return grads
+        dq, dk, dv = (None if g is None else g.detach().requires_grad_() for g in grads[:3])
+        return (*_SecondDerivativeRefused.apply(ctx.backward_backend, dq, dk, dv),
+                None, None, None, None)
+
+
+class _SecondDerivativeRefused(torch.autograd.Function):
+    """Passes the kernels' gradients through; differentiating them raises."""
+
+    @staticmethod
+    def forward(ctx, backend, *grads):
+        ctx.backend = backend
+        return tuple(None if g is None else g.view_as(g) for g in grads)
+
+    @staticmethod
+    def backward(ctx, *_):
+        raise RuntimeError(
+            f"fusedattn.attention: the {ctx.backend!r} backend's backward is not differentiable, "
+            "so its gradients cannot be differentiated again (create_graph=True); "
+            "backend='reference' gives second derivatives")
+
+
+def _eager_backward(ctx, grad_out, grad_lse):
+    if grad_out is None and grad_lse is None:
+        return None, None, None, None, None, None, None
+    q, k, v, out, lse = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = _backward_impl(grad_out, q, k, v, out, lse, grad_lse, ctx.causal,
+                                ctx.softmax_scale, ctx.backward_backend)
+    return dq, dk, dv, None, None, None, None
+
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, backend: str,

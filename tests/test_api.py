@@ -4,6 +4,7 @@ These run on the CPU with the reference backend (and the Triton interpreter wher
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,17 @@ def test_bad_options_raise_clear_errors():
         fusedattn.attention(q, k, v, causal="yes")
     with pytest.raises(ValueError, match="softmax_scale must be finite"):
         fusedattn.attention(q, k, v, softmax_scale=float("nan"))
+    with pytest.raises(ValueError, match="softmax_scale must be finite in float32.*1e"):
+        fusedattn.attention(q, k, v, softmax_scale=1e39)     # finite in float64, not in the kernels
+    with pytest.raises(ValueError, match="softmax_scale must be finite in float32.*too large"):
+        fusedattn.attention(q, k, v, softmax_scale=10 ** 400)
+    with pytest.raises(TypeError, match="causal must be a bool, got numpy.bool"):
+        fusedattn.attention(q, k, v, causal=np.bool_(True))
+    with pytest.raises(TypeError, match="softmax_scale must be a float or None, got torch.Tensor"):
+        fusedattn.attention(q, k, v, softmax_scale=torch.tensor(0.5))
+    # numpy floats are real numbers: accepted, and the same as the Python float
+    torch.testing.assert_close(fusedattn.attention(q, k, v, softmax_scale=np.float32(0.5)),
+                               fusedattn.attention(q, k, v, softmax_scale=0.5))
     with pytest.raises(ValueError, match="backend must be 'auto' or one of 'hopper', 'triton', 'reference', got 'cuda'"):
         fusedattn.attention(q, k, v, backend="cuda")
     with pytest.raises(ValueError, match=r"backend='hopper' cannot take these inputs: .*float32"):
@@ -127,6 +139,33 @@ def test_gradients_including_through_lse():
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)  # lse is float32
 
 
+def test_second_derivatives_reference_exact_kernels_refuse():
+    """create_graph=True: the reference backend's gradients are differentiable (against the
+    float64 oracle's second derivative); the Triton kernel's (interpreter) raise when
+    differentiated, and are the plain gradients otherwise (they were silently constants)."""
+    q, k, v = qkv(b=1, sq=6, sk=7, h=2, hk=1, d=8, dtype=torch.float64, requires_grad=True)
+
+    def penalty(fn):
+        out = fn(q, k, v)
+        g = torch.autograd.grad((out * out).sum(), (q, k, v), create_graph=True)
+        return torch.autograd.grad(sum((x * x).sum() for x in g), (q, k, v))
+
+    got = penalty(lambda q, k, v: fusedattn.attention(q, k, v, causal=True, backend="reference"))
+    want = penalty(lambda q, k, v: attention_oracle(q, k, v, True)[0])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+    q16, k16, v16 = (t.detach().half().requires_grad_() for t in (q, k, v))
+    out = fusedattn.attention(q16, k16, v16, causal=True, backend="triton")
+    g = torch.autograd.grad(out.float().pow(2).sum(), (q16, k16, v16), create_graph=True)
+    plain = torch.autograd.grad(
+        fusedattn.attention(q16, k16, v16, causal=True, backend="triton").float().pow(2).sum(),
+        (q16, k16, v16))
+    assert all(torch.equal(a.detach(), b) for a, b in zip(g, plain))
+    with pytest.raises(RuntimeError, match="backward is not differentiable.*backend='reference'"):
+        (out.float().pow(2).sum() + g[0].float().pow(2).sum()).backward()
+
+
 # --- sdpa: a drop-in for torch's ----------------------------------------------------------------
 
 @pytest.mark.parametrize("is_causal", [False, True])
@@ -156,6 +195,17 @@ def test_sdpa_refuses_what_it_cannot_do():
         fusedattn.sdpa(q, q[:, :1], q[:, :1])
     with pytest.raises(ValueError, match="query must have 4 dimensions"):
         fusedattn.sdpa(q[0], q, q)
+    # flags by type, as torch's: a truthy string is not True (it ran causal / GQA before)
+    with pytest.raises(TypeError, match="is_causal must be a bool, got str"):
+        fusedattn.sdpa(q, q, q, is_causal="no")
+    with pytest.raises(TypeError, match="enable_gqa must be a bool, got str"):
+        fusedattn.sdpa(q, q[:, :1], q[:, :1], enable_gqa="off")
+    with pytest.raises(TypeError, match="is_causal must be a bool, got torch.Tensor"):
+        fusedattn.sdpa(q, q, q, is_causal=torch.tensor(False))
+    with pytest.raises(ValueError, match="scale must be finite"):
+        fusedattn.sdpa(q, q, q, scale=float("inf"))
+    with pytest.raises(TypeError, match="dropout_p must be a float, got NoneType"):
+        fusedattn.sdpa(q, q, q, dropout_p=None)
 
 
 # --- explain -------------------------------------------------------------------------------------

@@ -315,6 +315,10 @@ def test_all_zero_and_empty_inputs():
     (torch.randn(1, 8, 2, 16), {"rotate": 1}, TypeError, "rotate"),
     (torch.randn(1, 8, 2, 16), {"per_tensor": "yes"}, TypeError, "per_tensor"),
     ([[1.0]], {}, TypeError, "x must be a torch.Tensor"),
+    (torch.randn(1, 4, 2, 0), {}, ValueError, "head_dim must be a multiple of 8 between 8 and 256, got 0"),
+    (torch.randn(1, 8, 2, 16), {"seed": 2 ** 64, "rotate": True}, ValueError, "seed must be in [0, 2**64)"),
+    (torch.randn(1, 8, 2, 16), {"seed": -1}, ValueError, "seed must be in [0, 2**64)"),
+    (torch.randn(1, 8, 2, 16, requires_grad=True), {}, ValueError, "does not carry gradients"),
 ])
 def test_bad_arguments_name_the_argument(x, kwargs, exc, needle):
     with pytest.raises(exc) as info:

@@ -5,6 +5,7 @@ The kernel itself runs in tests/test_gpu_fp8.py (marker gpu)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -135,10 +136,15 @@ def _bad_cases():
         ((kq, kq, vq), {}, ValueError, "q is a QuantizedTensor quantised with role='k'"),
         ((qq, vq, vq), {}, ValueError, "k is a QuantizedTensor quantised with role='v'"),
         ((qq, kq, vq, ), {"backend": "reference", "causal": "no"}, TypeError, "causal"),
+        ((q, k.float(), v), {}, TypeError, "must share one dtype, got q bfloat16, k float32, v bfloat16"),
+        ((q, k, v), {"seed": 2 ** 64}, ValueError, "seed must be in [0, 2**64)"),
+        ((q, k, v), {"softmax_scale": 1e39}, ValueError, "softmax_scale must be finite in float32"),
+        ((qq, dataclasses.replace(kq, block_size=0), vq), {}, ValueError,
+         "k.block_size must be a positive int, got 0"),
     ]
 
 
-N_BAD = 22   # len(_bad_cases()), kept literal so that collecting the tests quantises nothing
+N_BAD = 26   # len(_bad_cases()), kept literal so that collecting the tests quantises nothing
 
 
 @functools.lru_cache(maxsize=1)

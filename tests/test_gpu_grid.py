@@ -68,8 +68,19 @@ def skip_unless_runs(backend, q, k, v, causal):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_grid(backend, dtype, heads, causal, head_dim, seqlens):
-    sq, sk = seqlens
-    h, hk = HEADS[heads]
+    _check_case(backend, dtype, *HEADS[heads], causal, head_dim, *seqlens)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_negative_softmax_scale(backend, causal, head_dim):
+    """softmax_scale < 0 (torch's SDPA accepts it): the kernels that take the row max of the raw
+    scores and scale it once must switch that off (the portable kernel gave NaN before)."""
+    _check_case(backend, torch.bfloat16, 6, 2, causal, head_dim, 1000, 1037, scale=-0.3)
+
+
+def _check_case(backend, dtype, h, hk, causal, head_dim, sq, sk, scale=None):
     b = 2
     q = torch.randn(b, sq, h, head_dim, device="cuda", dtype=dtype, requires_grad=True)
     k = torch.randn(b, sk, hk, head_dim, device="cuda", dtype=dtype, requires_grad=True)
@@ -78,13 +89,14 @@ def test_grid(backend, dtype, heads, causal, head_dim, seqlens):
     dout = torch.randn(b, sq, h, head_dim, device="cuda", dtype=dtype)
 
     poison_cuda_allocator()
-    out, lse = fusedattn.attention(q, k, v, causal=causal, return_lse=True, backend=backend)
+    out, lse = fusedattn.attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=True,
+                                   backend=backend)
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
 
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    ref, ref_lse = attention_oracle(q64, k64, v64, causal)
+    ref, ref_lse = attention_oracle(q64, k64, v64, causal, scale)
     rq, rk, rv = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
-    plain, _ = plain_pytorch_attention(q, k, v, causal)
+    plain, _ = plain_pytorch_attention(q, k, v, causal, scale)
     pq, pk, pv = torch.autograd.grad(plain, (q, k, v), dout)
 
     check("out", out, plain, ref, dtype)

@@ -109,6 +109,18 @@ def test_dlse_gradient(causal):
     _check_backward(q, k, v, out, lse, causal, 0.3, with_dlse=True)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("scale", [-0.4, 0.0])
+def test_negative_and_zero_softmax_scale(causal, scale):
+    """softmax_scale <= 0 (which torch's SDPA accepts): the unmasked blocks' row max of the raw
+    scores, scaled once, would be the row minimum with a negative scale (exp2 overflowed to NaN
+    before this case was covered); forward and backward against the oracle."""
+    q, k, v = _inputs(1, 40, 56, 2, 1, 32, torch.float16)
+    out, lse = _check_forward(q, k, v, causal, scale)
+    assert torch.isfinite(out).all()
+    _check_backward(q, k, v, out, lse, causal, scale)
+
+
 def test_fully_masked_rows_give_zeros_and_neg_inf():
     """Causal with seqlen_q > seqlen_k: the first seqlen_q - seqlen_k rows see no key."""
     q, k, v = _inputs(1, 37, 5, 2, 1, 16, torch.bfloat16)

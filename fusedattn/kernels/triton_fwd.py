@@ -36,12 +36,14 @@ def _attend_key_blocks(acc, l_i, m_i, q, k_head, v_head, stride_ks, stride_vs, o
                        start_n, end_n, seqlen_k, diagonal, qk_scale,
                        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                        DTYPE: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                       INTERPRETER: tl.constexpr):
+                       INTERPRETER: tl.constexpr, RAW_MAX: tl.constexpr):
     """Fold keys [start_n, end_n) into the running (acc, l_i, m_i) of one query tile.
 
     k_head / v_head point at key 0 of this (batch, kv head). Scores are kept scaled by
     qk_scale = softmax_scale * log2(e), so m_i is in base-2 units. MASKED applies the causal mask
-    (if CAUSAL) or the seqlen_k bound; without it the blocks must be fully visible.
+    (if CAUSAL) or the seqlen_k bound; without it the blocks must be fully visible. RAW_MAX
+    (qk_scale > 0): the unmasked blocks take the row max of the raw scores and scale it once;
+    with a negative scale that would be the row minimum, so the scores are scaled first.
     """
     keys = tl.arange(0, BLOCK_N)
     for start in range(start_n, end_n, BLOCK_N):
@@ -62,10 +64,15 @@ def _attend_key_blocks(acc, l_i, m_i, q, k_head, v_head, stride_ks, stride_vs, o
             # exp2(-inf - (-inf)) never yields NaN: its p and alpha are then exactly 0.
             m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.math.exp2(s - m_ref[:, None])
-        else:
+        elif RAW_MAX:
             m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
             m_ref = m_new
             p = tl.math.exp2(s * qk_scale - m_ref[:, None])
+        else:
+            s = s * qk_scale
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_ref = m_new
+            p = tl.math.exp2(s - m_ref[:, None])
         alpha = tl.math.exp2(m_i - m_ref)                              # rescales the old state
         l_i = l_i * alpha + tl.sum(p, 1)
         v = load_tile(tile_ptrs(v_head, start, stride_vs, BLOCK_N, BLOCK_D), cols, seqlen_k,
@@ -86,6 +93,7 @@ def _attn_fwd_kernel(
     heads, seqlen_q, seqlen_k, group_size, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, INTERPRETER: tl.constexpr, BLOCK_N_MASKED: tl.constexpr,
+    RAW_MAX: tl.constexpr = True,
 ):
     """Grid (cdiv(seqlen_q, BLOCK_M), heads, batch): writes BLOCK_M rows of Out and of Lse.
 
@@ -119,10 +127,11 @@ def _attn_fwd_kernel(
 
     acc, l_i, m_i = _attend_key_blocks(
         acc, l_i, m_i, q, k_head, v_head, stride_ks, stride_vs, offs_m, 0, full_end, seqlen_k,
-        diagonal, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, dtype, False, CAUSAL, INTERPRETER)
+        diagonal, qk_scale, HEAD_DIM, BLOCK_N, BLOCK_D, dtype, False, CAUSAL, INTERPRETER, RAW_MAX)
     acc, l_i, m_i = _attend_key_blocks(
         acc, l_i, m_i, q, k_head, v_head, stride_ks, stride_vs, offs_m, full_end, end_n, seqlen_k,
-        diagonal, qk_scale, HEAD_DIM, BLOCK_N_MASKED, BLOCK_D, dtype, True, CAUSAL, INTERPRETER)
+        diagonal, qk_scale, HEAD_DIM, BLOCK_N_MASKED, BLOCK_D, dtype, True, CAUSAL, INTERPRETER,
+        RAW_MAX)
 
     # The one normalisation. Rows that saw no key (l = 0) give zeros and lse = -inf.
     seen = l_i > 0.0
@@ -163,7 +172,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         heads, seqlen_q, seqlen_k, heads // kv_heads, softmax_scale * LOG2E,
         HEAD_DIM=head_dim, BLOCK_D=head_dim_block(head_dim), BLOCK_M=tile.block_m,
         BLOCK_N=tile.block_n, CAUSAL=bool(causal), INTERPRETER=interpret,
-        BLOCK_N_MASKED=tile.masked_step, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        BLOCK_N_MASKED=tile.masked_step, RAW_MAX=softmax_scale > 0, num_warps=tile.num_warps,
+        num_stages=tile.num_stages,
     )
     return out, lse
 
@@ -179,7 +189,7 @@ def compile_specs(head_dim: int, dtype: torch.dtype, causal: bool,
     ints = strides + ["heads", "seqlen_q", "seqlen_k", "group_size"]
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_D": head_dim_block(head_dim),
                   "BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "CAUSAL": bool(causal),
-                  "INTERPRETER": False, "BLOCK_N_MASKED": tile.masked_step}
+                  "INTERPRETER": False, "BLOCK_N_MASKED": tile.masked_step, "RAW_MAX": True}
     signature = {**ptrs, **{name: "i32" for name in ints}, "qk_scale": "fp32",
                  **{name: "constexpr" for name in constexprs}}
     return [CompileSpec("attn_fwd", _attn_fwd_kernel, signature, constexprs, tile.num_warps,
