@@ -160,7 +160,8 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = N
     follows PyTorch's convention, aligned to the top-left corner (query i sees key j iff j <= i),
     which differs from :func:`attention`'s bottom-right alignment when seqlen_q != seqlen_k.
     What fusedattn does not compute raises NotImplementedError rather than computing something
-    else: an ``attn_mask`` and ``dropout_p > 0``. Only 4-dimensional inputs are accepted.
+    else: an ``attn_mask``, ``dropout_p > 0`` and a value head_dim that differs from the key's.
+    Only 4-dimensional inputs are accepted.
     """
     check_bool("is_causal", is_causal)
     check_bool("enable_gqa", enable_gqa)
@@ -180,6 +181,10 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = N
         if t.dim() != 4:
             raise ValueError(f"{name} must have 4 dimensions (batch, heads, seqlen, head_dim), got "
                              f"shape {tuple(t.shape)}")
+    if value.shape[-1] != key.shape[-1]:
+        raise NotImplementedError(f"fusedattn.sdpa needs value's head_dim equal to key's, got key "
+                                  f"{key.shape[-1]} and value {value.shape[-1]}; use "
+                                  "torch.nn.functional.scaled_dot_product_attention")
     if not enable_gqa and query.shape[1] != key.shape[1]:
         raise ValueError(f"query has {query.shape[1]} heads and key {key.shape[1]}: pass "
                          "enable_gqa=True for grouped-query attention")

@@ -223,7 +223,9 @@ class QuantizedTensor:
     keeps and reuses.
 
     data:       float8_e4m3fn (batch, seqlen, heads, head_dim), contiguous.
-    scales:     float32 (batch, heads, num_blocks), contiguous; block j covers rows
+    scales:     float32 (batch, heads, num_blocks), contiguous, every scale positive (the FP8
+                kernel takes the row max of the raw scores, which a negative scale would turn
+                into the minimum; quantize_fp8 never makes one); block j covers rows
                 [j * block_size, (j + 1) * block_size) of seqlen. x ~= data * scale (in the rotated
                 basis when ``rotated``).
     block_size: rows of seqlen per scale.

@@ -206,6 +206,8 @@ def test_sdpa_refuses_what_it_cannot_do():
         fusedattn.sdpa(q, q, q, scale=float("inf"))
     with pytest.raises(TypeError, match="dropout_p must be a float, got NoneType"):
         fusedattn.sdpa(q, q, q, dropout_p=None)
+    with pytest.raises(NotImplementedError, match="value's head_dim equal to key's, got key 8 and value 16"):
+        fusedattn.sdpa(q, q, torch.randn(1, 2, 4, 16))
 
 
 # --- explain -------------------------------------------------------------------------------------
