@@ -51,22 +51,24 @@ def check_bool(name: str, value) -> None:
         raise TypeError(f"{name} must be a bool, got {type_name(value)}")
 
 
-_FLOAT32_MAX = 3.4028234663852886e38
+# The kernels multiply the scale by log2(e) in float32: |scale| * log2(e) must stay finite there.
+MAX_SOFTMAX_SCALE = 2.3e38   # float32's max (3.4028e38) / log2(e) = 2.3587e38, rounded down
 
 
 def check_softmax_scale(value, name: str = "softmax_scale") -> None:
-    """None, or a real number that is finite in float32 (the kernels' precision); any sign."""
+    """None, or a real number of magnitude at most MAX_SOFTMAX_SCALE; any sign, zero included."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a float or None, got {type_name(value)}")
+        raise TypeError(f"{name} must be a real number or None, got {type_name(value)}")
     try:
         f = float(value)
     except OverflowError:
         f = math.inf
-    if not (math.isfinite(f) and abs(f) <= _FLOAT32_MAX):
-        shown = "an int too large for a float" if isinstance(value, int) and math.isinf(f) else value
-        raise ValueError(f"{name} must be finite in float32 (|{name}| <= 3.4e38), got {shown}")
+    if not (math.isfinite(f) and abs(f) <= MAX_SOFTMAX_SCALE):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"{name} must be finite, at most {MAX_SOFTMAX_SCALE:g} in magnitude (the "
+                         f"kernels scale by it in float32), got {shown}")
 
 
 def _check_inputs(q, k, v, causal, softmax_scale, backend) -> None:
@@ -124,8 +126,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
             multiple of kv_heads: MHA (equal), GQA, MQA (kv_heads = 1). Query head h reads kv head
             h // (heads // kv_heads). head_dim is a multiple of 8, at most 256. Any strides.
         causal: mask future keys; see the diagram below.
-        softmax_scale: defaults to 1 / sqrt(head_dim); any real number finite in float32
-            (negative and zero included, as torch's SDPA).
+        softmax_scale: defaults to 1 / sqrt(head_dim); any real number of magnitude at most
+            2.3e38 (negative and zero included, as torch's SDPA).
         return_lse: also return the logsumexp of each score row.
         backend: "auto" (the fastest that can take the inputs; see :func:`explain`), "hopper",
             "triton" or "reference". A named backend that cannot take the inputs raises ValueError

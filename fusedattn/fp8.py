@@ -310,11 +310,15 @@ def quantize_fp8(x: torch.Tensor, *, block_size: int = 128, rotate: bool = False
         64 and 128.
     rotate: multiply each row by ``hadamard_rotation(head_dim, seed)`` first (q and k only; both
         with the same seed).
-    seed: the rotation's random signs.
+    seed: the rotation's random signs, an int in [0, 2**64) (checked, and kept with the result,
+        whether or not it is used).
     role: "q", "k" or "v" (v cannot be rotated).
     per_tensor: one scale for the whole tensor (the accuracy study's baseline).
 
     Returns a :class:`QuantizedTensor`. x is not modified. See the module docstring for the maths.
+    Quantisation carries no gradient (FP8 attention is a forward pass only): under grad mode an x
+    that requires grad raises ValueError (use torch.no_grad(), torch.inference_mode() or
+    x.detach()), rather than returning detached data silently.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")

@@ -63,7 +63,9 @@ def _check_operand(name: str, x) -> None:
             raise TypeError(f"{name}.data must be float8_e4m3fn, got {_name(x.data.dtype)}")
         t = x.data
         bs = x.block_size
-        if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
+        if isinstance(bs, bool) or not isinstance(bs, int):
+            raise TypeError(f"{name}.block_size must be an int, got {type_name(bs)}")
+        if bs < 1:
             raise ValueError(f"{name}.block_size must be a positive int, got {bs!r}")
         nb = -(-t.shape[1] // bs) if t.dim() == 4 else None
         if t.dim() == 4 and tuple(x.scales.shape) != (t.shape[0], t.shape[2], nb):

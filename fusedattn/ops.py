@@ -9,7 +9,10 @@ validation of their own beyond what the kernels need.
 mode it runs the same two functions (``_forward_impl`` / ``_backward_impl``) without the custom-op
 dispatcher, whose Python overhead is the larger part of a short call's host time: through
 ``torch.autograd.Function`` when autograd will need a backward, directly otherwise. The kernels,
-arguments and results are the same on every path (tests/test_api.py compares them).
+arguments and results are the same on every path (tests/test_api.py compares them). Second
+derivatives differ: the eager path raises when a kernel's gradients are differentiated, the
+custom op has no autograd formula for its backward (torch raises that), and the reference
+backend's eager backward is differentiable.
 """
 
 from __future__ import annotations
@@ -126,18 +129,22 @@ class _EagerAttention(torch.autograd.Function):
             grads = _eager_backward(ctx, grad_out, grad_lse)
         if grads[0] is None:
             return grads
-        dq, dk, dv = (None if g is None else g.detach().requires_grad_() for g in grads[:3])
-        return (*_SecondDerivativeRefused.apply(ctx.backward_backend, dq, dk, dv),
+        # the node hangs on everything the gradients depend on, so that any differentiation
+        # through them (backward, autograd.grad with any inputs, jvp / hvp) reaches it
+        q, k, v, _, _ = ctx.saved_tensors
+        anchors = [t for t in (q, k, v, grad_out, grad_lse) if t is not None and t.requires_grad]
+        return (*_SecondDerivativeRefused.apply(ctx.backward_backend, grads[:3], *anchors),
                 None, None, None, None)
 
 
 class _SecondDerivativeRefused(torch.autograd.Function):
-    """Passes the kernels' gradients through; differentiating them raises."""
+    """Returns the kernels' gradients (passed in a tuple, so not tracked) as outputs of a node
+    whose inputs are what they depend on (the anchors); differentiating them raises."""
 
     @staticmethod
-    def forward(ctx, backend, *grads):
+    def forward(ctx, backend, grads, *anchors):
         ctx.backend = backend
-        return tuple(None if g is None else g.view_as(g) for g in grads)
+        return tuple(grads)
 
     @staticmethod
     def backward(ctx, *_):
@@ -156,7 +163,6 @@ def _eager_backward(ctx, grad_out, grad_lse):
     dq, dk, dv = _backward_impl(grad_out, q, k, v, out, lse, grad_lse, ctx.causal,
                                 ctx.softmax_scale, ctx.backward_backend)
     return dq, dk, dv, None, None, None, None
-
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, backend: str,

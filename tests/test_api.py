@@ -50,13 +50,13 @@ def test_bad_options_raise_clear_errors():
         fusedattn.attention(q, k, v, causal="yes")
     with pytest.raises(ValueError, match="softmax_scale must be finite"):
         fusedattn.attention(q, k, v, softmax_scale=float("nan"))
-    with pytest.raises(ValueError, match="softmax_scale must be finite in float32.*1e"):
-        fusedattn.attention(q, k, v, softmax_scale=1e39)     # finite in float64, not in the kernels
-    with pytest.raises(ValueError, match="softmax_scale must be finite in float32.*too large"):
+    with pytest.raises(ValueError, match=r"softmax_scale must be finite, at most 2\.3e\+38 .*got 3e\+38"):
+        fusedattn.attention(q, k, v, softmax_scale=3e38)     # finite in float32, not times log2(e)
+    with pytest.raises(ValueError, match=r"softmax_scale must be finite.*got 1000000000.*\.\.\."):
         fusedattn.attention(q, k, v, softmax_scale=10 ** 400)
     with pytest.raises(TypeError, match="causal must be a bool, got numpy.bool"):
         fusedattn.attention(q, k, v, causal=np.bool_(True))
-    with pytest.raises(TypeError, match="softmax_scale must be a float or None, got torch.Tensor"):
+    with pytest.raises(TypeError, match="softmax_scale must be a real number or None, got torch.Tensor"):
         fusedattn.attention(q, k, v, softmax_scale=torch.tensor(0.5))
     # numpy floats are real numbers: accepted, and the same as the Python float
     torch.testing.assert_close(fusedattn.attention(q, k, v, softmax_scale=np.float32(0.5)),
@@ -162,8 +162,24 @@ def test_second_derivatives_reference_exact_kernels_refuse():
         fusedattn.attention(q16, k16, v16, causal=True, backend="triton").float().pow(2).sum(),
         (q16, k16, v16))
     assert all(torch.equal(a.detach(), b) for a, b in zip(g, plain))
-    with pytest.raises(RuntimeError, match="backward is not differentiable.*backend='reference'"):
+    g[1].add_(0)                     # the gradients are ordinary tensors (in-place allowed)
+    refused = pytest.raises(RuntimeError, match="backward is not differentiable.*backend='reference'")
+    with refused:
         (out.float().pow(2).sum() + g[0].float().pow(2).sum()).backward()
+    # every way of differentiating the gradients reaches the refusal: with respect to q, to a
+    # weight upstream of q, and forward-mode products through autograd.functional
+    w = torch.eye(8, dtype=torch.float16, requires_grad=True)
+
+    def grad_q():   # a fresh graph each time (a refused pass frees the one it ran on)
+        out = fusedattn.attention(q16 @ w, k16, v16, causal=True, backend="triton")
+        return torch.autograd.grad(out.float().pow(2).sum(), (q16,), create_graph=True)[0]
+
+    for wrt in (q16, w):
+        with refused:
+            torch.autograd.grad(grad_q().float().pow(2).sum(), (wrt,))
+    f = lambda x: fusedattn.attention(x, k16.detach(), v16.detach(), backend="triton").float().pow(2).sum()  # noqa: E731
+    with refused:
+        torch.autograd.functional.hvp(f, q16.detach(), torch.ones_like(q16))
 
 
 # --- sdpa: a drop-in for torch's ----------------------------------------------------------------

@@ -138,13 +138,15 @@ def _bad_cases():
         ((qq, kq, vq, ), {"backend": "reference", "causal": "no"}, TypeError, "causal"),
         ((q, k.float(), v), {}, TypeError, "must share one dtype, got q bfloat16, k float32, v bfloat16"),
         ((q, k, v), {"seed": 2 ** 64}, ValueError, "seed must be in [0, 2**64)"),
-        ((q, k, v), {"softmax_scale": 1e39}, ValueError, "softmax_scale must be finite in float32"),
+        ((q, k, v), {"softmax_scale": 1e39}, ValueError, "softmax_scale must be finite, at most 2.3e+38"),
         ((qq, dataclasses.replace(kq, block_size=0), vq), {}, ValueError,
          "k.block_size must be a positive int, got 0"),
+        ((qq, kq, dataclasses.replace(vq, block_size=128.0)), {}, TypeError,
+         "v.block_size must be an int, got float"),
     ]
 
 
-N_BAD = 26   # len(_bad_cases()), kept literal so that collecting the tests quantises nothing
+N_BAD = 27   # len(_bad_cases()), kept literal so that collecting the tests quantises nothing
 
 
 @functools.lru_cache(maxsize=1)
