@@ -7,6 +7,8 @@
     python -m fusedattn.inspect --variants           # every named variant (hopper_fwd.VARIANTS)
     python -m fusedattn.inspect --variant no_ws,persistent --causal
     python -m fusedattn.inspect --head-dim 96        # a padded head dim (runs at 128)
+    python -m fusedattn.inspect --fp8 --head-dim 256 --causal   # the FP8 kernel (attention_fp8)
+    python -m fusedattn.inspect --fp8 --all          # every row of the FP8 table
 
 Reports: threads, register cap at entry and the setmaxnreg count of each role, shared memory,
 stack / spills (ptxas -v), and the counts in PTX of wgmma.mma_async, setmaxnreg,
@@ -179,6 +181,121 @@ def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", varia
     return rep
 
 
+FP8_PTX_COUNTS = ("wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier.try_wait", "stmatrix",
+                  "fence.proxy.async", "cvt.rn.satfinite.e4m3x2.f32", "ld.local", "st.local",
+                  "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "prmt.b32",
+                  "mbarrier.arrive.expect_tx", "bar.sync")
+
+
+def report_fp8(head_dim: int = 128, causal: bool = False, kv_block: int | None = None,
+               variant: str | None = None, config=None) -> dict:
+    """The FP8 kernel's (hopper_fp8_fwd) resource figures, compiled for sm_90a: the table's row
+    for (head_dim, causal) and k / v quantised in kv_block-row blocks (default: the preferred
+    key tile), or the named variant (hopper_fp8_fwd.VARIANTS), or the given config."""
+    from fusedattn.kernels import hopper_fp8_fwd as F
+
+    if config is not None:
+        cfg = config
+    elif variant:
+        cfg = F.variant_config(variant, head_dim, causal)
+    else:
+        cfg = F.get_config(head_dim, causal, kv_block)
+    kernel = F.compile_sm90(head_dim, causal, cfg)
+    ptx = kernel.asm["ptx"]
+    regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
+    maxnreg = re.search(r"\.maxnreg\s+(\d+)", ptx)
+    reqntid = re.search(r"\.reqntid\s+(\d+)", ptx)
+    rep = {"head_dim": head_dim, "causal": causal, "variant": variant,
+           "config": dataclasses.asdict(cfg),
+           "target_sm_90a": ".target sm_90a" in ptx,
+           "threads": int(reqntid.group(1)) if reqntid else None,
+           "maxnreg_at_entry": int(maxnreg.group(1)) if maxnreg else None,
+           "setmaxnreg_dec": sorted({int(v) for a, v in regs if a == "dec"}),
+           "setmaxnreg_inc": sorted({int(v) for a, v in regs if a == "inc"}),
+           "shared_bytes": kernel.metadata.shared, "shared_limit": SMEM_LIMIT,
+           "wgmma_e4m3_shapes": sorted(set(re.findall(
+               r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k32)\.f32\.e4m3\.e4m3", ptx))),
+           "wgmma_other": len(re.findall(
+               r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.(?:bf16|f16)", ptx)),
+           "ptx_counts": {key: ptx.count(key) for key in FP8_PTX_COUNTS},
+           "_kernel": kernel}
+    rep.update({k: v for k, v in ptxas_report(ptx).items() if k != "ptxas_text"})
+    sc = sass_counts(kernel.asm["cubin"])
+    rep["sass_counts"] = {k: v for k, v in sc.items() if k != "sass"}
+    rep["sass_sha1"] = sass_digest(sc["sass"])   # equal digests: the same code
+    rep["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
+    rep["local_in_loops"] = local_memory_in_loops(sc["sass"])
+    rep["local_in_inner_loops"] = local_memory_in_inner_loops(sc["sass"])
+    rep["_sass"] = sc["sass"]
+    return rep
+
+
+def format_report_fp8(r: dict) -> str:
+    c = r["config"]
+    on = [k for k, v in c.items() if v is True]
+    return "\n".join([
+        f"hopper fp8 fwd  head_dim={r['head_dim']} causal={r['causal']}  BLOCK_M={c['block_m']} "
+        f"BLOCK_N={c['block_n']} stages={c['num_stages']} v_stages={c['v_stages']}"
+        + (f"  [{r['variant']}]" if r.get("variant") else ""),
+        "  switches on: " + (", ".join(on) or "none"),
+        f"  target sm_90a: {r['target_sm_90a']}   threads: {r['threads']} (2 consumer "
+        f"warpgroups + a producer warpgroup)",
+        f"  registers: cap at entry {r['maxnreg_at_entry']} (ptxas used "
+        f"{r.get('registers_at_entry')}); setmaxnreg dec {r['setmaxnreg_dec']} inc "
+        f"{r['setmaxnreg_inc']} (producer {c['producer_regs']}, consumer wg1 "
+        f"{c['consumer_regs']})",
+        f"  shared memory: {r['shared_bytes']} B ({r['shared_bytes'] / 1024:.1f} KB of "
+        f"{r['shared_limit'] // 1024} KB)",
+        f"  stack {r.get('stack')} B, spill stores {r.get('spill_stores')} B, spill loads "
+        f"{r.get('spill_loads')} B; local-memory instructions in loops {r['local_in_loops']}, "
+        f"in key-block (innermost) loops {r['local_in_inner_loops']}; wgmma serialised by ptxas: "
+        f"{', '.join(r.get('wgmma_serialized') or []) or 'no'}",
+        f"  e4m3 wgmma shapes: {', '.join(r['wgmma_e4m3_shapes']) or 'none'} (16-bit wgmma: "
+        f"{r['wgmma_other']})",
+        "  PTX: " + ", ".join(f"{k} {v}" for k, v in r["ptx_counts"].items()),
+        "  SASS: " + ", ".join(f"{k} {v}" for k, v in r["sass_counts"].items()),
+    ])
+
+
+def _main_fp8(a) -> int:
+    """--fp8: the FP8 kernel's reports. Spills that stay outside the key-block loops (a persistent
+    row's tile-level values, tests/test_hopper_fp8_compile.py KNOWN_SPILL) are reported; local
+    memory inside a key-block loop, shared memory over the limit or a ptxas failure fail."""
+    from fusedattn.kernels import hopper_fp8_fwd as F
+    combos = (sorted(F.CONFIGS) if a.all else
+              [(a.head_dim, a.causal, a.kv_block)])
+    names = (list(F.VARIANTS) if a.variants else a.variant.split(",") if a.variant else [None])
+    ok = True
+    for name in names:
+        dims = F.VARIANTS[name][1] if name else None
+        for d, c, kvb in combos:
+            if name and dims and d not in dims:
+                if a.all:
+                    continue
+                d = dims[0]
+            r = report_fp8(d, c, kvb, variant=name)
+            print(format_report_fp8(r))
+            if (r["local_in_inner_loops"] or r["shared_bytes"] > SMEM_LIMIT or not r["ptxas_ok"]
+                    or r["wgmma_serialized"]):
+                ok = False
+                print("  !! local memory in a key-block loop, shared memory over the limit, "
+                      "serialised wgmma or a ptxas failure")
+            if a.dump:
+                _dump(a.dump, f"hopper_fp8_fwd_{name + '_' if name else ''}d{d}_"
+                              f"{'causal' if c else 'full'}_n{r['config']['block_n']}",
+                      r["_kernel"], r["_sass"])
+    return 0 if ok else 1
+
+
+def _dump(folder: str, stem: str, kernel, sass: str) -> None:
+    """--dump: the kernel's TTGIR, PTX and SASS as folder/stem.{ttgir,ptx,sass}."""
+    os.makedirs(folder, exist_ok=True)
+    texts = {"ttgir": kernel.asm["ttgir"], "ptx": kernel.asm["ptx"], "sass": sass}
+    for ext, text in texts.items():
+        with open(os.path.join(folder, f"{stem}.{ext}"), "w") as f:
+            f.write(text)
+
+
 _SHOWN = {"block_m", "block_n", "num_stages", "overlap", "pingpong", "pingpong_mode",
           "warp_specialize", "persistent", "tma_store", "consumer_regs", "producer_regs",
           "maxnreg", "num_consumers"}
@@ -249,7 +366,27 @@ def main(argv=None) -> int:
                     help="every named variant (at --head-dim, or at its own head dim)")
     ap.add_argument("--all", action="store_true", help="every head dim x causal")
     ap.add_argument("--dump", metavar="DIR", help="write ttgir, ptx and sass here")
+    ap.add_argument("--fp8", action="store_true",
+                    help="the FP8 kernel (attention_fp8): its table rows (--all: every row), "
+                         "--variant from hopper_fp8_fwd.VARIANTS; the 16-bit tuning flags do not "
+                         "apply")
+    ap.add_argument("--kv-block", type=int,
+                    help="--fp8: k and v's quantisation block (128 or 256: picks the row's key "
+                         "tile; default the preferred one)")
     a = ap.parse_args(argv)
+    if a.fp8:
+        tuning = [f for f, v in (("--block-m", a.block_m), ("--block-n", a.block_n),
+                                 ("--stages", a.stages), ("--consumer-regs", a.consumer_regs),
+                                 ("--pingpong-mode", a.pingpong_mode)) if v is not None]
+        tuning += [f for f, v in (("--no-overlap", a.no_overlap), ("--no-pingpong", a.no_pingpong),
+                                  ("--no-ws", a.no_ws), ("--persistent", a.persistent),
+                                  ("--tma-store", a.tma_store), ("--pingpong", a.pingpong),
+                                  ("--dtype", a.dtype != "bf16")) if v]
+        if tuning:
+            ap.error(f"{', '.join(tuning)}: 16-bit kernel options, not with --fp8 (use --variant)")
+        return _main_fp8(a)
+    if a.kv_block is not None:
+        ap.error("--kv-block needs --fp8")
     ov = {}
     for key, val in (("block_m", a.block_m), ("block_n", a.block_n), ("num_stages", a.stages),
                      ("consumer_regs", a.consumer_regs)):
@@ -289,15 +426,9 @@ def main(argv=None) -> int:
             ok = False
             print("  !! spills, shared memory over the limit, or ptxas failed")
         if a.dump:
-            os.makedirs(a.dump, exist_ok=True)
-            stem = os.path.join(a.dump, f"hopper_fwd_{name + '_' if name else ''}d{d}_"
-                                        f"{'causal' if c else 'full'}")
-            k = r["_kernel"]
-            for ext in ("ttgir", "ptx"):
-                with open(f"{stem}.{ext}", "w") as f:
-                    f.write(k.asm[ext])
-            with open(f"{stem}.sass", "w") as f:
-                f.write(sass_counts(k.asm["cubin"])["sass"])
+            _dump(a.dump, f"hopper_fwd_{name + '_' if name else ''}d{d}_"
+                          f"{'causal' if c else 'full'}",
+                  r["_kernel"], sass_counts(r["_kernel"].asm["cubin"])["sass"])
     return 0 if ok else 1
 
 

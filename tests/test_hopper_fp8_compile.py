@@ -95,35 +95,11 @@ for d, causal, variant in json.loads(sys.argv[1]):
         cfg = F.get_config(d, causal, int(variant[1:]))
     else:
         cfg = F.variant_config(variant, d, causal)
-    k = F.compile_sm90(d, causal, cfg)
+    r = fi.report_fp8(d, causal, variant=variant, config=cfg)
+    k, sass = r.pop("_kernel"), r.pop("_sass")
     ptx = k.asm["ptx"]
-    regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
-    maxnreg = re.search(r"\.maxnreg\s+(\d+)", ptx)
-    reqntid = re.search(r"\.reqntid\s+(\d+)", ptx)
-    r = {"head_dim": d, "causal": causal, "variant": variant, "config": dataclasses.asdict(cfg),
-         "target_sm_90a": ".target sm_90a" in ptx,
-         "threads": int(reqntid.group(1)) if reqntid else None,
-         "maxnreg_at_entry": int(maxnreg.group(1)) if maxnreg else None,
-         "setmaxnreg_dec": sorted({int(v) for a, v in regs if a == "dec"}),
-         "setmaxnreg_inc": sorted({int(v) for a, v in regs if a == "inc"}),
-         "shared_bytes": k.metadata.shared,
-         "wgmma_e4m3_shapes": sorted(set(re.findall(
-             r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k32)\.f32\.e4m3\.e4m3", ptx))),
-         "wgmma_other": len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.(?:bf16|f16)", ptx)),
-         "ptx_counts": {key: ptx.count(key) for key in (
-             "wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier.try_wait", "stmatrix",
-             "fence.proxy.async", "cvt.rn.satfinite.e4m3x2.f32", "ld.local", "st.local",
-             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "prmt.b32",
-             "mbarrier.arrive.expect_tx", "bar.sync")}}
-    r.update({kk: v for kk, v in fi.ptxas_report(ptx).items() if kk != "ptxas_text"})
-    sc = fi.sass_counts(k.asm["cubin"])
-    r["sass_counts"] = {kk: v for kk, v in sc.items() if kk != "sass"}
-    r["sass_sha1"] = fi.sass_digest(sc["sass"])   # equal digests: the same code
-    r["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
-    r["loop_prmt"] = steady_loop_prmt(sc["sass"]) if cfg.overlap else None
-    r["local_in_loops"] = fi.local_memory_in_loops(sc["sass"])
-    r["local_in_inner_loops"] = fi.local_memory_in_inner_loops(sc["sass"])
-    r["stg_o"] = len(re.findall(r"\bSTG\.E\.U16\b", sc["sass"]))   # O's pointer stores (CPU form)
+    r["loop_prmt"] = steady_loop_prmt(sass) if cfg.overlap else None
+    r["stg_o"] = len(re.findall(r"\bSTG\.E\.U16\b", sass))   # O's pointer stores (CPU form)
     r["named_bar_10_11"] = len(re.findall(r"bar\.(?:sync|arrive) 1[01], 256", ptx))
     # the layouts of the V^T stores (64 head-dim rows x 32 words of 4 keys): lane bases
     ttgir = k.asm["ttgir"]
@@ -1106,3 +1082,28 @@ print(f"RESULT calls={calls} keys={len(groups)} bad={bad} launched={launched}")
 
 def test_fast_launch_key_matches_triton_specialisation():
     run_fast_launch_key_script(_FAST_KEY_SCRIPT, ROOT)
+
+
+def _inspect(*args):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "fusedattn.inspect", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_inspect_fp8_command():
+    """`python -m fusedattn.inspect --fp8` prints the FP8 kernel's resource report (the table's
+    row at the head dim asked for, with the key tile that --kv-block picks) and exits 0; the
+    16-bit kernel's tuning flags are refused with it, and --kv-block without it."""
+    if not os.path.exists(_PTXAS):
+        pytest.skip("triton's bundled ptxas is missing")
+    res = _inspect("--fp8", "--head-dim", "128", "--causal", "--kv-block", "128")
+    assert res.returncode == 0, res.stderr[-2000:] + res.stdout[-2000:]
+    out = res.stdout
+    assert "hopper fp8 fwd  head_dim=128 causal=True  BLOCK_M=128 BLOCK_N=128" in out
+    assert "e4m3 wgmma shapes: m64n128k32" in out and "(16-bit wgmma: 0)" in out
+    assert "target sm_90a: True" in out and "in key-block (innermost) loops 0" in out
+    for args, needle in ((("--fp8", "--stages", "3"), "--stages: 16-bit kernel options"),
+                         (("--kv-block", "128"), "--kv-block needs --fp8")):
+        res = _inspect(*args)
+        assert res.returncode == 2 and needle in res.stderr, res.stderr
