@@ -289,7 +289,43 @@ def test_cli_sweep_path_resume_report_and_compare(tmp_path, no_interpreter):
     assert sorted({e["seqlen"] for e in rb["speed"]}) == [32, 64]
     assert [e for e in rb["speed"] if e["seqlen"] == 32] == [e for e in ra["speed"]]  # kept, not re-run
     assert "Compare" in (b / "compare.md").read_text()
+    before = (b / "results.json").read_bytes()
     assert cli.main(["--report", str(b / "results.json"), "--no-plots"]) == 0
+    assert (b / "results.json").read_bytes() == before      # --report re-renders, never rewrites
+
+
+def test_cli_checks_its_files_and_numbers_before_any_work(tmp_path, capsys):
+    """Every file the call reads (--report / --compare / --resume) and --out are checked first:
+    exit 2 with the flag named, nothing written; numeric timing flags must be in range. (Before:
+    --report of a foreign JSON overwrote the results.json beside it, and --compare's file was
+    read only after the sweep.)"""
+    other = tmp_path / "runs" / "other.json"
+    other.parent.mkdir()
+    other.write_text('{"foo": 1}')
+    keep = tmp_path / "runs" / "results.json"
+    keep.write_text("KEEP")
+    (tmp_path / "bad.json").write_text("not json")
+    (tmp_path / "afile").write_text("")
+    cases = [
+        (["--report", str(other)], "--report: " + str(other) + " is not a results.json"),
+        (["--report", str(tmp_path / "missing.json")], "--report: no such file"),
+        (["--compare", str(tmp_path / "bad.json"), str(other)], "is not a readable JSON file"),
+        (["--sweep-device", "cpu", "--compare", str(tmp_path / "missing.json")], "--compare: no such file"),
+        (["--resume", str(tmp_path)], "is a folder"),
+        (["--out", str(tmp_path / "afile"), "--list"], "--out: "),
+        (["--rounds", "0"], "argument --rounds: must be > 0, got 0"),
+        (["--rep", "-100"], "argument --rep: must be > 0"),
+        (["--warmup", "-5"], "argument --warmup: must be >= 0"),
+        (["--time-budget", "0"], "argument --time-budget: must be > 0"),
+        (["--backends", ",", "--list"], "--backends: nothing selected"),
+    ]
+    for argv, needle in cases:
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2, argv
+        assert needle in capsys.readouterr().err, argv
+    assert keep.read_text() == "KEEP" and sorted(p.name for p in other.parent.iterdir()) == \
+        ["other.json", "results.json"]
 
 
 def test_a_bench_bug_in_one_shape_is_recorded_and_the_rest_still_runs(tmp_path, no_interpreter, monkeypatch):

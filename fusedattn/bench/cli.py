@@ -42,6 +42,25 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
     return vals
 
 
+def _number(kind, low: float, strict: bool):
+    """An argparse type: kind (int / float) at least low (above it when strict)."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}")
+        if v != v or (v <= low if strict else v < low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")
+        return v
+    return parse
+
+
+_POS_INT = _number(int, 0, True)
+_POS_FLOAT = _number(float, 0, True)
+_NONNEG_FLOAT = _number(float, 0, False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m fusedattn.bench",
@@ -71,17 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     # For tests: run the GPU code path (sweep, tables, plots) on another device with the host clock,
     # on a smaller grid.
     g.add_argument("--sweep-device", default=None, help=argparse.SUPPRESS)
-    g.add_argument("--tokens", type=int, default=C.TOKENS, help=argparse.SUPPRESS)
-    g.add_argument("--hidden", type=int, default=C.HIDDEN, help=argparse.SUPPRESS)
+    g.add_argument("--tokens", type=_POS_INT, default=C.TOKENS, help=argparse.SUPPRESS)
+    g.add_argument("--hidden", type=_POS_INT, default=C.HIDDEN, help=argparse.SUPPRESS)
     t = p.add_argument_group("timing")
-    t.add_argument("--warmup", type=float, default=C.WARMUP_MS, help="each implementation's own warm-up right before each of its timings (do_bench's warm-up), ms (default 300)")
-    t.add_argument("--rep", type=float, default=C.REP_MS, help="do_bench repetition time, ms (default 100)")
-    t.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+    t.add_argument("--warmup", type=_NONNEG_FLOAT, default=C.WARMUP_MS, help="each implementation's own warm-up right before each of its timings (do_bench's warm-up), ms (default 300)")
+    t.add_argument("--rep", type=_POS_FLOAT, default=C.REP_MS, help="do_bench repetition time, ms (default 100)")
+    t.add_argument("--time-budget", type=_POS_FLOAT, default=None, metavar="SECONDS",
                    help="start no new shape after this many seconds; the rest is listed for --resume")
-    t.add_argument("--rounds", type=int, default=5,
+    t.add_argument("--rounds", type=_POS_INT, default=5,
                    help="timing rounds per shape, the order of the implementations rotated each "
                         "round; each round's do_bench repeats for rep / rounds ms (default 5)")
-    t.add_argument("--round-warmup", type=float, default=0.0, metavar="MS",
+    t.add_argument("--round-warmup", type=_NONNEG_FLOAT, default=0.0, metavar="MS",
                    help="a shared warm-up of the shape before its rounds, every implementation in "
                         "turn, ms of wall time (default 0: each has its own, --warmup)")
     t.add_argument("--seed", type=int, default=0)
@@ -90,11 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder (default benchmarks/results/<date>-<gpu>/ under the current directory)")
     o.add_argument("--compare", nargs="+", metavar="JSON",
                    help="OLD.json: compare this run with it; OLD.json NEW.json: compare the two, run nothing")
-    o.add_argument("--compare-threshold", type=float, default=0.03,
+    o.add_argument("--compare-threshold", type=_NONNEG_FLOAT, default=0.03,
                    help="a ratio beyond 1 +- this is faster / slower (default 0.03)")
     o.add_argument("--resume", metavar="JSON",
                    help="keep the shapes already measured in this results.json and run the rest")
-    o.add_argument("--report", metavar="JSON", help="re-render table.md and plots from a results.json; run nothing")
+    o.add_argument("--report", metavar="JSON",
+                   help="re-render table.md and the plots from a results.json, next to it or into "
+                        "--out (the results.json itself is left as it is); run nothing")
     o.add_argument("--no-plots", action="store_true")
     return p
 
@@ -124,17 +145,51 @@ def _config(args, parser):
                        round_warmup_ms=args.round_warmup), mem_seqlens
 
 
+def _results_file(path: str, flag: str, parser) -> dict:
+    """A results.json given to --report / --compare / --resume, read and checked before any work:
+    a clear error (exit 2) if it is missing, not JSON or not a bench result."""
+    try:
+        data = C.read_json(path)
+    except FileNotFoundError:
+        parser.error(f"{flag}: no such file: {path}")
+    except IsADirectoryError:
+        parser.error(f"{flag}: {path} is a folder; give its results.json")
+    except (OSError, ValueError) as e:
+        parser.error(f"{flag}: {path} is not a readable JSON file ({C.error_text(e)})")
+    if not isinstance(data, dict) or data.get("schema") != C.SCHEMA:
+        parser.error(f"{flag}: {path} is not a results.json of python -m fusedattn.bench (no "
+                     f"\"schema\": \"{C.SCHEMA}\")")
+    return data
+
+
+def _check_out(path: str | None, parser) -> None:
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        parser.error(f"--out: {path} exists and is not a folder")
+
+
+# the options that only the GPU sweep uses (the CPU check ignores them; it says so)
+_SWEEP_OPTIONS = ("passes", "hdims", "seqlens", "causal", "backends", "quick", "rounds",
+                  "round_warmup", "warmup", "rep", "time_budget", "compare", "resume", "no_plots")
+
+
+def _ignored_on_cpu(args, parser) -> list[str]:
+    return ["--" + k.replace("_", "-") for k in _SWEEP_OPTIONS
+            if getattr(args, k) != parser.get_default(k)]
+
+
 def _out_text(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
 
 
-def _write_outputs(results: dict, out_dir: Path, plots: bool) -> list[Path]:
+def _write_outputs(results: dict, out_dir: Path, plots: bool, with_json: bool = True) -> list[Path]:
     from . import report
 
     written = []
-    C.write_json(out_dir / "results.json", results)
-    written.append(out_dir / "results.json")
+    if with_json:
+        C.write_json(out_dir / "results.json", results)
+        written.append(out_dir / "results.json")
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "table.md").write_text(report.render(results))
     written.append(out_dir / "table.md")
     if plots:
@@ -155,16 +210,16 @@ def _write_outputs(results: dict, out_dir: Path, plots: bool) -> list[Path]:
     return written
 
 
-def _compare_text(old_path: str, new: dict, new_name: str, threshold: float) -> tuple[str, str]:
+def _compare_text(old_path: str, old: dict, new: dict, new_name: str,
+                  threshold: float) -> tuple[str, str]:
     """(the short comparison for the terminal, the full one with every cell for compare.md)"""
     from . import compare
-    old = C.read_json(old_path)
     cmp = compare.compare(old, new, threshold)
     return (compare.render(cmp, old_name=old_path, new_name=new_name),
             compare.render(cmp, old_name=old_path, new_name=new_name, all_cells=True))
 
 
-def _cpu_main(args, reason: str) -> int:
+def _cpu_main(args, reason: str, ignored: list[str]) -> int:
     from .cpu import render_cpu, run_cpu_check
 
     try:
@@ -190,6 +245,8 @@ def _cpu_main(args, reason: str) -> int:
         extra += accuracy_table(acc)
     if args.memory:
         extra += ["", "--memory needs a CUDA GPU: skipped."]
+    if ignored:
+        extra += ["", f"Ignored without a GPU (the speed sweep's options): {', '.join(ignored)}."]
     if args.out:
         out_dir = Path(args.out)
         C.write_json(out_dir / "results.json", results)
@@ -204,19 +261,26 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     cfg, mem_seqlens = _config(args, parser)
+    _check_out(args.out, parser)
+    # every file the call reads is checked before any work (a sweep must not run for minutes and
+    # then find its --compare file missing)
+    report_in = _results_file(args.report, "--report", parser) if args.report else None
+    compare_in = [_results_file(f, "--compare", parser) for f in args.compare or []]
+    resume_in = _results_file(args.resume, "--resume", parser) if args.resume else None
 
     if args.report:
-        results = C.read_json(args.report)
         out_dir = Path(args.out) if args.out else Path(args.report).parent
         from . import report
-        written = _write_outputs(results, out_dir, not args.no_plots)
-        _out_text(report.render(results))
+        text = report.render(report_in)
+        written = _write_outputs(report_in, out_dir, not args.no_plots, with_json=False)
+        _out_text(text)
         _out_text("written: " + ", ".join(str(w) for w in written) + "\n")
         return 0
 
     if args.compare and len(args.compare) == 2:
         old_p, new_p = args.compare
-        text, full = _compare_text(old_p, C.read_json(new_p), new_p, args.compare_threshold)
+        text, full = _compare_text(old_p, compare_in[0], compare_in[1], new_p,
+                                   args.compare_threshold)
         _out_text(text)
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -230,6 +294,9 @@ def main(argv=None) -> int:
     except ValueError as e:
         parser.error(f"--backends: {e}")
 
+    if not selection:
+        parser.error(f"--backends: nothing selected in {args.backends!r}")
+    args.compare_in, args.resume_in = compare_in, resume_in
     if args.sweep_device:
         return _gpu_main(args, cfg, selection, mem_seqlens, torch.device(args.sweep_device))
     if args.cpu or not torch.cuda.is_available():
@@ -237,7 +304,7 @@ def main(argv=None) -> int:
         if args.list:
             _out_text(f"No CUDA GPU ({reason}): only the CPU check runs (fusedattn backend 'auto').\n")
             return 0
-        return _cpu_main(args, reason)
+        return _cpu_main(args, reason, _ignored_on_cpu(args, parser))
     return _gpu_main(args, cfg, selection, mem_seqlens, torch.device("cuda"))
 
 
@@ -277,7 +344,7 @@ def _gpu_main(args, cfg, selection, mem_seqlens, device) -> int:
         "unavailable": missing, "speed": [], "notes": [], "status": "running",
     }
     if args.resume:
-        prev = C.read_json(args.resume)
+        prev = args.resume_in
         broken = {(int(e["hdim"]), bool(e["causal"]), int(e["seqlen"])) for e in prev.get("speed", [])
                   if e.get("error_stage") == "fatal"}
         kept = [e for e in prev.get("speed", [])
@@ -345,8 +412,8 @@ def _gpu_main(args, cfg, selection, mem_seqlens, device) -> int:
     compare_text = ""
     if args.compare:
         try:
-            compare_text, full = _compare_text(args.compare[0], results, str(out_dir / "results.json"),
-                                               args.compare_threshold)
+            compare_text, full = _compare_text(args.compare[0], args.compare_in[0], results,
+                                               str(out_dir / "results.json"), args.compare_threshold)
             (out_dir / "compare.md").write_text(full)
             written.append(out_dir / "compare.md")
         except Exception as e:  # noqa: BLE001
