@@ -264,27 +264,57 @@ def _main_fp8(a) -> int:
     from fusedattn.kernels import hopper_fp8_fwd as F
     combos = (sorted(F.CONFIGS) if a.all else
               [(a.head_dim, a.causal, a.kv_block)])
-    names = (list(F.VARIANTS) if a.variants else a.variant.split(",") if a.variant else [None])
     ok = True
-    for name in names:
-        dims = F.VARIANTS[name][1] if name else None
+    for name in a.names:
         for d, c, kvb in combos:
-            if name and dims and d not in dims:
-                if a.all:
-                    continue
-                d = dims[0]
+            d = _head_dim_for(a, name, F.VARIANTS, d)
+            if d is None:
+                continue
             r = report_fp8(d, c, kvb, variant=name)
             print(format_report_fp8(r))
-            if (r["local_in_inner_loops"] or r["shared_bytes"] > SMEM_LIMIT or not r["ptxas_ok"]
-                    or r["wgmma_serialized"]):
+            failed = [what for what, bad in (
+                (f"local memory in a key-block loop ({r['local_in_inner_loops']} instructions)",
+                 r["local_in_inner_loops"]),
+                ("shared memory over the limit", r["shared_bytes"] > SMEM_LIMIT),
+                (f"wgmma serialised by ptxas ({', '.join(r['wgmma_serialized'] or [])})",
+                 r["wgmma_serialized"]),
+                ("ptxas failed", not r["ptxas_ok"])) if bad]
+            if failed:
                 ok = False
-                print("  !! local memory in a key-block loop, shared memory over the limit, "
-                      "serialised wgmma or a ptxas failure")
+                print("  !! " + "; ".join(failed))
             if a.dump:
                 _dump(a.dump, f"hopper_fp8_fwd_{name + '_' if name else ''}d{d}_"
                               f"{'causal' if c else 'full'}_n{r['config']['block_n']}",
                       r["_kernel"], r["_sass"])
     return 0 if ok else 1
+
+
+def _variant_names(a, ap, table: dict) -> list:
+    """--variants: every name of table; --variant: the names given (each checked); else [None]."""
+    if a.variants:
+        return list(table)
+    if not a.variant:
+        return [None]
+    names = [n.strip() for n in a.variant.split(",") if n.strip()]
+    unknown = [n for n in names if n not in table]
+    if unknown or not names:
+        ap.error(f"--variant: unknown {', '.join(unknown) or repr(a.variant)}; the names are: "
+                 f"{', '.join(table)}")
+    return names
+
+
+def _head_dim_for(a, name, table: dict, d: int) -> int | None:
+    """The head dim to compile variant `name` at: d, or the variant's own first head dim when it
+    is meant for others (said when --head-dim was given); None: skip it (--all)."""
+    dims = table[name][1] if name else None
+    if not dims or d in dims:
+        return d
+    if a.all:
+        return None
+    if a.head_dim_given:
+        print(f"note: variant {name} is for head_dim {', '.join(map(str, dims))}; compiled at "
+              f"{dims[0]}, not {d}")
+    return dims[0]
 
 
 def _dump(folder: str, stem: str, kernel, sass: str) -> None:
@@ -347,7 +377,7 @@ def format_report(r: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fusedattn.inspect", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--head-dim", type=int, default=None, help="default 128")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--block-m", type=int)
@@ -374,7 +404,28 @@ def main(argv=None) -> int:
                     help="--fp8: k and v's quantisation block (128 or 256: picks the row's key "
                          "tile; default the preferred one)")
     a = ap.parse_args(argv)
+    a.head_dim_given = a.head_dim is not None
+    if a.head_dim is None:
+        a.head_dim = 128
+    if a.dump and os.path.exists(a.dump) and not os.path.isdir(a.dump):
+        ap.error(f"--dump: {a.dump} exists and is not a folder")
     if a.fp8:
+        from fusedattn.kernels import hopper_fp8_fwd as F
+        if a.head_dim not in F.SUPPORTED_HEAD_DIMS:
+            ap.error(f"--head-dim: the FP8 kernel has head_dim "
+                     f"{', '.join(map(str, F.SUPPORTED_HEAD_DIMS))}, got {a.head_dim}")
+        if a.kv_block is not None:
+            if a.variant or a.variants or a.all:
+                ap.error("--kv-block picks a table row's key tile: not with --variant, "
+                         "--variants or --all")
+            if a.kv_block <= 0 or F.kernel_block(a.head_dim, a.causal, a.kv_block) is None:
+                tiles = sorted({bn for (d, c, bn) in F.CONFIGS
+                                if d == a.head_dim and c == a.causal})
+                ap.error(f"--kv-block: the FP8 rows at head_dim {a.head_dim} "
+                         f"({'causal' if a.causal else 'non-causal'}) have key tiles "
+                         f"{', '.join(map(str, tiles))}; give one of them (or a multiple), got "
+                         f"{a.kv_block}")
+        a.names = _variant_names(a, ap, F.VARIANTS)
         tuning = [f for f, v in (("--block-m", a.block_m), ("--block-n", a.block_n),
                                  ("--stages", a.stages), ("--consumer-regs", a.consumer_regs),
                                  ("--pingpong-mode", a.pingpong_mode)) if v is not None]
@@ -387,6 +438,10 @@ def main(argv=None) -> int:
         return _main_fp8(a)
     if a.kv_block is not None:
         ap.error("--kv-block needs --fp8")
+    from fusedattn.kernels import hopper_fwd as H
+    if a.head_dim not in H.SUPPORTED_HEAD_DIMS:
+        ap.error(f"--head-dim: a multiple of 8 from 8 to 256, got {a.head_dim}")
+    names = _variant_names(a, ap, H.VARIANTS)
     ov = {}
     for key, val in (("block_m", a.block_m), ("block_n", a.block_n), ("num_stages", a.stages),
                      ("consumer_regs", a.consumer_regs)):
@@ -404,17 +459,12 @@ def main(argv=None) -> int:
         ov["pingpong_mode"] = a.pingpong_mode
     combos = ([(d, c) for d in (64, 128, 256) for c in (False, True)] if a.all
               else [(a.head_dim, a.causal)])
-    from fusedattn.kernels import hopper_fwd as H
-    names = (list(H.VARIANTS) if a.variants else a.variant.split(",") if a.variant else [None])
     jobs = []
     for name in names:
-        dims = H.VARIANTS[name][1] if name else None
         for d, c in combos:
-            if dims and d not in dims:
-                if a.all:
-                    continue
-                d = dims[0]  # a head-dim-specific variant at its own head dim
-            jobs.append((name, d, c, dict(ov)))
+            d = _head_dim_for(a, name, H.VARIANTS, d)
+            if d is not None:
+                jobs.append((name, d, c, dict(ov)))
     ok = True
     for name, d, c, job_ov in jobs:
         r = report(d, c, a.dtype, variant=name, **job_ov)

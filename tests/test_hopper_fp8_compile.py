@@ -1104,6 +1104,10 @@ def test_inspect_fp8_command():
     assert "e4m3 wgmma shapes: m64n128k32" in out and "(16-bit wgmma: 0)" in out
     assert "target sm_90a: True" in out and "in key-block (innermost) loops 0" in out
     for args, needle in ((("--fp8", "--stages", "3"), "--stages: 16-bit kernel options"),
-                         (("--kv-block", "128"), "--kv-block needs --fp8")):
+                         (("--kv-block", "128"), "--kv-block needs --fp8"),
+                         (("--fp8", "--head-dim", "96"), "the FP8 kernel has head_dim 64, 128, 256"),
+                         (("--fp8", "--kv-block", "64"), "have key tiles 128, 256"),
+                         (("--fp8", "--variant", "nosuch"), "--variant: unknown nosuch"),
+                         (("--head-dim", "100"), "a multiple of 8 from 8 to 256, got 100")):
         res = _inspect(*args)
         assert res.returncode == 2 and needle in res.stderr, res.stderr
