@@ -267,10 +267,35 @@ def real_table(res: dict) -> str:
 # --- command line -------------------------------------------------------------------------------
 
 def _shape(text: str):
-    parts = tuple(int(x) for x in text.split(","))
-    if len(parts) != 4:
-        raise argparse.ArgumentTypeError("--shape takes batch,seqlen,heads,head_dim")
+    try:
+        parts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 4 or any(p <= 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"takes four positive integers batch,seqlen,heads,"
+                                         f"head_dim, got {text!r}")
+    if parts[3] % 8 or parts[3] > 256:
+        raise argparse.ArgumentTypeError(f"head_dim must be a multiple of 8 up to 256, got "
+                                         f"{parts[3]}")
     return parts
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"takes a positive integer, got {text!r}")
+    return v
+
+
+def _block(text: str) -> int:
+    v = _positive(text)
+    if not 16 <= v <= 256 or v & (v - 1):
+        raise argparse.ArgumentTypeError(f"takes a power of two from 16 to 256 (quantize_fp8's "
+                                         f"block_size), got {text}")
+    return v
 
 
 def main(argv=None) -> int:
@@ -278,19 +303,29 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--full", action="store_true", help=f"synthetic shape {FULL_SHAPE} (for a GPU)")
     ap.add_argument("--shape", type=_shape, help="synthetic shape batch,seqlen,heads,head_dim")
-    ap.add_argument("--seeds", type=int, default=1, help="number of random draws to average (default 1)")
+    ap.add_argument("--seeds", type=_positive, default=1, help="number of random draws to average (default 1)")
     ap.add_argument("--causal", action="store_true", help="causal synthetic test (the paper's is not)")
-    ap.add_argument("--block-size", type=int, default=128, help="rows per scale (q; k and v too "
+    ap.add_argument("--block-size", type=_block, default=128, help="rows per scale (q; k and v too "
                     "unless --kv-block-size)")
-    ap.add_argument("--kv-block-size", type=int, help="rows per scale of k and v (default: "
+    ap.add_argument("--kv-block-size", type=_block, help="rows per scale of k and v (default: "
                     "--block-size); attention_fp8 uses 256 at head_dim 64 and 128, 128 at 256 (kv_block_for)")
     ap.add_argument("--real", action="store_true", help=f"also real activations (needs {REAL_REQUIREMENT})")
     ap.add_argument("--ablation", action="store_true", help="also the P requantisation choices")
     ap.add_argument("--out", help="write the results as JSON to this file")
     args = ap.parse_args(argv)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        ap.error(f"--device: not a torch device: {args.device!r} (cpu or cuda)")
+    if device.type not in ("cpu", "cuda"):
+        ap.error(f"--device: cpu or cuda, got {args.device!r}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("fp8_study: --device cuda asked for, but no CUDA device is available", file=sys.stderr)
         return 2
+    if args.out:
+        out_dir = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out) or not os.path.isdir(out_dir):
+            ap.error(f"--out: a JSON file in an existing folder, got {args.out!r}")
     shape = args.shape or (FULL_SHAPE if args.full else DEFAULT_SHAPE)
     result = {"device": args.device, "torch": torch.__version__}
     t0 = time.time()

