@@ -71,38 +71,55 @@ def check_softmax_scale(value, name: str = "softmax_scale") -> None:
                          f"kernels scale by it in float32), got {shown}")
 
 
-def _check_inputs(q, k, v, causal, softmax_scale, backend) -> None:
+# How the argument checks name the tensors: attention's (batch, seqlen, heads, head_dim) names,
+# and sdpa's, whose tensors arrive transposed to that order (shapes are shown as the caller passed
+# them).
+_ATTENTION_NAMES = (("q", "k", "v"), {"q": "(batch, seqlen_q, heads, head_dim)",
+                                      "k": "(batch, seqlen_k, kv_heads, head_dim)",
+                                      "v": "(batch, seqlen_k, kv_heads, head_dim)"}, False)
+_SDPA_NAMES = (("query", "key", "value"), {"query": "(batch, heads, seqlen_q, head_dim)",
+                                           "key": "(batch, kv_heads, seqlen_k, head_dim)",
+                                           "value": "(batch, kv_heads, seqlen_k, head_dim)"}, True)
+
+
+def _check_inputs(q, k, v, causal, softmax_scale, backend, naming=_ATTENTION_NAMES) -> None:
     """Raise TypeError / ValueError naming the offending argument; nothing is modified."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
+    (Q, K, V), layouts, transposed = naming
+
+    def shown(t):   # a shape as the caller wrote it
+        s = tuple(t.shape)
+        return (s[0], s[2], s[1], s[3]) if transposed and len(s) == 4 else s
+
+    for name, t in ((Q, q), (K, k), (V, v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    layouts = {"q": "(batch, seqlen_q, heads, head_dim)", "k": "(batch, seqlen_k, kv_heads, head_dim)",
-               "v": "(batch, seqlen_k, kv_heads, head_dim)"}
-    for name, t in (("q", q), ("k", k), ("v", v)):
+    for name, t in ((Q, q), (K, k), (V, v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must have 4 dimensions {layouts[name]}, "
-                             f"got {t.dim()} dimensions with shape {tuple(t.shape)}")
+                             f"got {t.dim()} dimensions with shape {shown(t)}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError("q, k and v must have the same dtype, got "
-                        f"q {_dtype_name(q.dtype)}, k {_dtype_name(k.dtype)}, v {_dtype_name(v.dtype)}")
+        raise TypeError(f"{Q}, {K} and {V} must have the same dtype, got "
+                        f"{Q} {_dtype_name(q.dtype)}, {K} {_dtype_name(k.dtype)}, "
+                        f"{V} {_dtype_name(v.dtype)}")
     if q.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"q, k and v have dtype {_dtype_name(q.dtype)}; expected one of "
+        raise TypeError(f"{Q}, {K} and {V} have dtype {_dtype_name(q.dtype)}; expected one of "
                         + ", ".join(_dtype_name(d) for d in SUPPORTED_DTYPES))
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on the same device, got q on {q.device}, "
-                         f"k on {k.device}, v on {v.device}")
+        raise ValueError(f"{Q}, {K} and {V} must be on the same device, got {Q} on {q.device}, "
+                         f"{K} on {k.device}, {V} on {v.device}")
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape (batch, seqlen_k, kv_heads, head_dim), "
-                         f"got k {tuple(k.shape)} and v {tuple(v.shape)}")
+        raise ValueError(f"{K} and {V} must have the same shape {layouts[K]}, "
+                         f"got {K} {shown(k)} and {V} {shown(v)}")
     b, _, h, d = q.shape
     if k.shape[0] != b:
-        raise ValueError(f"k and v have batch {k.shape[0]} but q has batch {b}; they must match")
+        raise ValueError(f"{K} and {V} have batch {k.shape[0]} but {Q} has batch {b}; they must match")
     if k.shape[3] != d:
-        raise ValueError(f"k and v have head_dim {k.shape[3]} but q has head_dim {d}; they must match")
+        raise ValueError(f"{K} and {V} have head_dim {k.shape[3]} but {Q} has head_dim {d}; "
+                         "they must match")
     hk = k.shape[2]
     if hk == 0 or h == 0 or h % hk != 0:
-        raise ValueError(f"q's heads ({h}) must be a positive multiple of k and v's kv_heads ({hk}) "
-                         "(MHA: equal; GQA: a multiple; MQA: kv_heads = 1)")
+        raise ValueError(f"{Q}'s heads ({h}) must be a positive multiple of {K} and {V}'s kv_heads "
+                         f"({hk}) (MHA: equal; GQA: a multiple; MQA: kv_heads = 1)")
     if d == 0 or d % 8 != 0 or d > MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be a multiple of 8 between 8 and {MAX_HEAD_DIM}, got {d}")
     check_bool("causal", causal)
@@ -177,32 +194,27 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = N
     if dropout_p != 0.0:
         raise NotImplementedError(f"fusedattn.sdpa does not support dropout, got dropout_p={dropout_p}; "
                                   "pass dropout_p=0.0")
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have 4 dimensions (batch, heads, seqlen, head_dim), got "
-                             f"shape {tuple(t.shape)}")
-    if value.shape[-1] != key.shape[-1]:
+    four_d = [isinstance(t, Tensor) and t.dim() == 4 for t in (query, key, value)]
+    if four_d[1] and four_d[2] and value.shape[-1] != key.shape[-1]:
         raise NotImplementedError(f"fusedattn.sdpa needs value's head_dim equal to key's, got key "
                                   f"{key.shape[-1]} and value {value.shape[-1]}; use "
                                   "torch.nn.functional.scaled_dot_product_attention")
+    # attention's layout, (batch, seqlen, heads, head_dim); every check names sdpa's arguments
+    q, k, v = (t.transpose(1, 2) if ok else t for t, ok in zip((query, key, value), four_d))
+    _check_inputs(q, k, v, is_causal, scale, "auto", _SDPA_NAMES)
     if not enable_gqa and query.shape[1] != key.shape[1]:
         raise ValueError(f"query has {query.shape[1]} heads and key {key.shape[1]}: pass "
                          "enable_gqa=True for grouped-query attention")
-    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     sq, sk = q.shape[1], k.shape[1]
     if not is_causal or sq == sk:
         out = attention(q, k, v, causal=is_causal, softmax_scale=scale)
     elif sq < sk:
         # Top-left: no query sees a key at or past position seqlen_q, so the call is the square
         # causal problem on the first seqlen_q keys (where both alignments agree).
-        _check_inputs(q, k, v, True, scale, "auto")
         out = attention(q, k[:, :sq], v[:, :sq], causal=True, softmax_scale=scale)
     else:
         # Top-left with more queries than keys: the first seqlen_k rows are the square causal
         # problem; every later row sees all keys.
-        _check_inputs(q, k, v, True, scale, "auto")
         head = attention(q[:, :sk], k, v, causal=True, softmax_scale=scale)
         tail = attention(q[:, sk:], k, v, causal=False, softmax_scale=scale)
         out = torch.cat([head, tail], dim=1)

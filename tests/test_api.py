@@ -224,6 +224,15 @@ def test_sdpa_refuses_what_it_cannot_do():
         fusedattn.sdpa(q, q, q, dropout_p=None)
     with pytest.raises(NotImplementedError, match="value's head_dim equal to key's, got key 8 and value 16"):
         fusedattn.sdpa(q, q, torch.randn(1, 2, 4, 16))
+    # the checks name sdpa's arguments and show shapes as passed, (batch, heads, seqlen, head_dim)
+    with pytest.raises(ValueError, match=r"key and value must have the same shape \(batch, kv_heads, "
+                                         r"seqlen_k, head_dim\), got key \(1, 2, 4, 8\) and value \(1, 2, 5, 8\)"):
+        fusedattn.sdpa(q, q, torch.randn(1, 2, 5, 8))
+    with pytest.raises(TypeError, match="query, key and value must have the same dtype, got query float32, "
+                                        "key float64"):
+        fusedattn.sdpa(q, q.double(), q)
+    with pytest.raises(ValueError, match=r"query's heads \(3\) must be a positive multiple of key and value's"):
+        fusedattn.sdpa(torch.randn(1, 3, 4, 8), q, q, enable_gqa=True)
 
 
 # --- explain -------------------------------------------------------------------------------------
