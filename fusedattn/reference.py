@@ -115,6 +115,29 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _score_block(qg, kg, start: int, end: int, scale: float, causal: bool, sq: int, sk: int, acc):
+    """Scaled scores of keys [start, end) in the accumulation dtype, masked keys -inf."""
+    s = torch.matmul(qg, kg[..., start:end, :].to(acc).transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~causal_visible(sq, sk, start, end, device=qg.device), float("-inf"))
+    return s
+
+
+def _row_stats(qg, kg, scale: float, causal: bool, sq: int, sk: int, block: int, acc):
+    """The row max m and the row sum l of exp(s - m) in the accumulation dtype, one key block at
+    a time (the forward's running softmax without the output). Rows that see no key: m = -inf,
+    l = 0."""
+    m = torch.full(qg.shape[:-1], float("-inf"), dtype=acc, device=qg.device)
+    l = torch.zeros(qg.shape[:-1], dtype=acc, device=qg.device)
+    for start in range(0, sk, block):
+        s = _score_block(qg, kg, start, min(start + block, sk), scale, causal, sq, sk, acc)
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        m_ref = torch.where(torch.isfinite(m_new), m_new, 0.0)
+        l = torch.exp(m - m_ref) * l + torch.exp(s - m_ref[..., None]).sum(dim=-1)
+        m = m_new
+    return m, l
+
+
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                       softmax_scale: float | None = None, block: int = DEFAULT_BLOCK,
                       ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,9 +160,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
         end = min(start + block, sk)
         if causal and start > (sq - 1) + (sk - sq):
             break  # this key block and all later ones are invisible to every query row
-        s = torch.matmul(qg, kg[..., start:end, :].to(acc).transpose(-1, -2)) * scale
-        if causal:
-            s = s.masked_fill(~causal_visible(sq, sk, start, end, device=q.device), float("-inf"))
+        s = _score_block(qg, kg, start, end, scale, causal, sq, sk, acc)
         m_new = torch.maximum(m, s.amax(dim=-1))
         # A row that has seen only masked keys so far has m_new = -inf; measure it from 0 instead so
         # that exp(-inf - (-inf)) never produces NaN. Its p and alpha are then exactly 0.
@@ -159,7 +180,13 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                        out: torch.Tensor, lse: torch.Tensor, causal: bool = False,
                        softmax_scale: float | None = None, dlse: torch.Tensor | None = None,
                        block: int = DEFAULT_BLOCK) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The matching backward, one key block at a time, recomputing P from the logsumexp.
+    """The matching backward, one key block at a time, recomputing P.
+
+    P is rebuilt from its row max and row sum recomputed here in the accumulation dtype, not from
+    the float32 ``lse`` (which the kernels use, as FlashAttention does): rebuilt from a float32
+    logsumexp, P carries a relative error of about |lse| * 2**-24, which capped float64 gradients
+    near 1e-7 and grows with the scores' magnitude. ``lse`` is accepted for the backends' common
+    signature and not read.
 
     With D = rowsum(dO * O):  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = dS K * scale,
     dK = dS^T Q * scale. ``dlse`` (optional, (batch, heads, seqlen_q)) is the gradient reaching the
@@ -176,10 +203,11 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
     delta = (dog * _grouped(out, hk).to(acc)).sum(dim=-1)     # D, (b, hk, g, sq)
     if dlse is not None:
         delta = delta - dlse.reshape(b, hk, g, sq).to(acc)
-    # A row that saw no key has lse = -inf; using +inf makes its P exactly 0 instead of NaN.
-    lse_g = lse.reshape(b, hk, g, sq).to(acc)
-    lse_g = torch.where(torch.isfinite(lse_g), lse_g, float("inf"))
     kg, vg = _kv(k), _kv(v)
+    m, l = _row_stats(qg, kg, scale, causal, sq, sk, block, acc)
+    # a row that saw no key (l = 0, m = -inf): P = exp(-inf) / 1 = 0, not NaN
+    m_ref = torch.where(torch.isfinite(m), m, float("inf"))[..., None]
+    inv_l = (1.0 / torch.where(l > 0, l, 1.0))[..., None]
     dq = torch.zeros_like(qg)
     dk = torch.zeros((b, sk, hk, d), dtype=acc, device=q.device)
     dv = torch.zeros((b, sk, hk, d), dtype=acc, device=q.device)
@@ -187,10 +215,8 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
         end = min(start + block, sk)
         kb = kg[..., start:end, :].to(acc)                     # (b, hk, 1, n, d)
         vb = vg[..., start:end, :].to(acc)
-        s = torch.matmul(qg, kb.transpose(-1, -2)) * scale     # (b, hk, g, sq, n)
-        if causal:
-            s = s.masked_fill(~causal_visible(sq, sk, start, end, device=q.device), float("-inf"))
-        p = torch.exp(s - lse_g[..., None])
+        s = _score_block(qg, kg, start, end, scale, causal, sq, sk, acc)   # (b, hk, g, sq, n)
+        p = torch.exp(s - m_ref) * inv_l
         dp = torch.matmul(dog, vb.transpose(-1, -2))
         ds = p * (dp - delta[..., None])
         dq += torch.matmul(ds, kb) * scale
