@@ -260,10 +260,16 @@ def format_report_fp8(r: dict) -> str:
 def _main_fp8(a) -> int:
     """--fp8: the FP8 kernel's reports. Spills that stay outside the key-block loops (a persistent
     row's tile-level values, tests/test_hopper_fp8_compile.py KNOWN_SPILL) are reported; local
-    memory inside a key-block loop, shared memory over the limit or a ptxas failure fail."""
+    memory inside a key-block loop, shared memory over the limit, a ptxas failure or wgmma
+    serialised where it is not the known cost of pack_p without unpack_prmt fail (exit 1)."""
     from fusedattn.kernels import hopper_fp8_fwd as F
-    combos = (sorted(F.CONFIGS) if a.all else
-              [(a.head_dim, a.causal, a.kv_block)])
+    if a.all and a.names != [None]:
+        # a variant fixes its own key tile: each (head_dim, causal) once
+        combos = sorted({(d, c, None) for d, c, _ in F.CONFIGS})
+    elif a.all:
+        combos = sorted(F.CONFIGS)
+    else:
+        combos = [(a.head_dim, a.causal, a.kv_block)]
     ok = True
     for name in a.names:
         for d, c, kvb in combos:
@@ -272,12 +278,19 @@ def _main_fp8(a) -> int:
                 continue
             r = report_fp8(d, c, kvb, variant=name)
             print(format_report_fp8(r))
+            # P packed to e4m3 words and unpacked by the predicated form (pack_p without
+            # unpack_prmt: the shipped hdim 64 rows) serialises the wgmma, a known cost
+            # (test_unpack_prmt_keeps_wgmma_asynchronous); anywhere else it is a failure
+            cfg = r["config"]
+            known = cfg["pack_p"] and not cfg["unpack_prmt"] and r["wgmma_serialized"] == ["C7513"]
+            if known:
+                print("  (wgmma serialisation expected: pack_p without unpack_prmt)")
             failed = [what for what, bad in (
                 (f"local memory in a key-block loop ({r['local_in_inner_loops']} instructions)",
                  r["local_in_inner_loops"]),
                 ("shared memory over the limit", r["shared_bytes"] > SMEM_LIMIT),
                 (f"wgmma serialised by ptxas ({', '.join(r['wgmma_serialized'] or [])})",
-                 r["wgmma_serialized"]),
+                 r["wgmma_serialized"] and not known),
                 ("ptxas failed", not r["ptxas_ok"])) if bad]
             if failed:
                 ok = False
@@ -440,7 +453,10 @@ def main(argv=None) -> int:
         ap.error("--kv-block needs --fp8")
     from fusedattn.kernels import hopper_fwd as H
     if a.head_dim not in H.SUPPORTED_HEAD_DIMS:
-        ap.error(f"--head-dim: a multiple of 8 from 8 to 256, got {a.head_dim}")
+        dims = H.SUPPORTED_HEAD_DIMS
+        ap.error(f"--head-dim: a multiple of 8 from {dims[0]} to {dims[-1]}, got {a.head_dim}"
+                 if len(dims) > 3 else f"--head-dim: one of {', '.join(map(str, dims))}, "
+                 f"got {a.head_dim}")
     names = _variant_names(a, ap, H.VARIANTS)
     ov = {}
     for key, val in (("block_m", a.block_m), ("block_n", a.block_n), ("num_stages", a.stages),

@@ -6,8 +6,10 @@ Two things live here:
   matrix materialised. Tests and benchmarks judge every kernel against it.
 * :func:`attention_forward` / :func:`attention_backward` -- the seed's algorithm written out in
   PyTorch: a loop over key blocks with a running row max and row sum, one normalisation at the end,
-  and the logsumexp out; the backward recomputes the probabilities block by block from that
-  logsumexp. Memory stays O(seqlen * block): nothing of size seqlen_q x seqlen_k is allocated.
+  and the logsumexp out; the backward recomputes the probabilities block by block, from their
+  row max and row sum recomputed in the accumulation dtype (one more pass over K than the
+  kernels, which rebuild them from the float32 logsumexp, as FlashAttention does). Memory stays
+  O(seqlen * block): nothing of size seqlen_q x seqlen_k is allocated.
   This is the ``reference`` backend of :func:`fusedattn.attention`, the executable specification
   that the kernels follow.
 

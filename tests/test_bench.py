@@ -292,6 +292,11 @@ def test_cli_sweep_path_resume_report_and_compare(tmp_path, no_interpreter):
     before = (b / "results.json").read_bytes()
     assert cli.main(["--report", str(b / "results.json"), "--no-plots"]) == 0
     assert (b / "results.json").read_bytes() == before      # --report re-renders, never rewrites
+    # into another folder: table.md beside a copy of the results it shows
+    assert cli.main(["--report", str(b / "results.json"), "--out", str(tmp_path / "r"),
+                     "--no-plots"]) == 0
+    assert (tmp_path / "r" / "results.json").read_bytes() == before
+    assert (tmp_path / "r" / "table.md").exists()
 
 
 def test_cli_checks_its_files_and_numbers_before_any_work(tmp_path, capsys):
@@ -306,17 +311,22 @@ def test_cli_checks_its_files_and_numbers_before_any_work(tmp_path, capsys):
     keep.write_text("KEEP")
     (tmp_path / "bad.json").write_text("not json")
     (tmp_path / "afile").write_text("")
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"schema": C.SCHEMA, "speed": []}))
     cases = [
         (["--report", str(other)], "--report: " + str(other) + " is not a results.json"),
+        (["--report", str(good), "--out", str(other.parent), "--no-plots"],
+         "holds another run's results.json"),
         (["--report", str(tmp_path / "missing.json")], "--report: no such file"),
         (["--compare", str(tmp_path / "bad.json"), str(other)], "is not a readable JSON file"),
         (["--sweep-device", "cpu", "--compare", str(tmp_path / "missing.json")], "--compare: no such file"),
         (["--resume", str(tmp_path)], "is a folder"),
         (["--out", str(tmp_path / "afile"), "--list"], "--out: "),
-        (["--rounds", "0"], "argument --rounds: must be > 0, got 0"),
-        (["--rep", "-100"], "argument --rep: must be > 0"),
-        (["--warmup", "-5"], "argument --warmup: must be >= 0"),
-        (["--time-budget", "0"], "argument --time-budget: must be > 0"),
+        (["--rounds", "0"], "argument --rounds: must be finite and > 0, got 0"),
+        (["--rep", "-100"], "argument --rep: must be finite and > 0"),
+        (["--rep", "inf"], "argument --rep: must be finite"),
+        (["--warmup", "-5"], "argument --warmup: must be finite and >= 0"),
+        (["--time-budget", "0"], "argument --time-budget: must be finite and > 0"),
         (["--backends", ",", "--list"], "--backends: nothing selected"),
     ]
     for argv, needle in cases:

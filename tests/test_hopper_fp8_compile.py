@@ -1103,6 +1103,11 @@ def test_inspect_fp8_command():
     assert "hopper fp8 fwd  head_dim=128 causal=True  BLOCK_M=128 BLOCK_N=128" in out
     assert "e4m3 wgmma shapes: m64n128k32" in out and "(16-bit wgmma: 0)" in out
     assert "target sm_90a: True" in out and "in key-block (innermost) loops 0" in out
+    # the shipped hdim 64 128-key row serialises its wgmma on purpose (pack_p without
+    # unpack_prmt): reported, not a failure
+    res = _inspect("--fp8", "--head-dim", "64", "--causal", "--kv-block", "128")
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert "(wgmma serialisation expected: pack_p without unpack_prmt)" in res.stdout
     for args, needle in ((("--fp8", "--stages", "3"), "--stages: 16-bit kernel options"),
                          (("--kv-block", "128"), "--kv-block needs --fp8"),
                          (("--fp8", "--head-dim", "96"), "the FP8 kernel has head_dim 64, 128, 256"),

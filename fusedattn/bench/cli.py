@@ -50,8 +50,9 @@ def _number(kind, low: float, strict: bool):
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
                                              f"got {text!r}")
-        if v != v or (v <= low if strict else v < low):
-            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")
+        if v != v or v in (float("inf"), float("-inf")) or (v <= low if strict else v < low):
+            raise argparse.ArgumentTypeError(f"must be finite and {'>' if strict else '>='} {low:g}, "
+                                             f"got {text}")
         return v
     return parse
 
@@ -269,10 +270,24 @@ def main(argv=None) -> int:
     resume_in = _results_file(args.resume, "--resume", parser) if args.resume else None
 
     if args.report:
-        out_dir = Path(args.out) if args.out else Path(args.report).parent
+        src = Path(args.report)
+        out_dir = Path(args.out) if args.out else src.parent
+        # the folder stays self-contained (table.md and plots beside the results.json they show):
+        # the input is left as it is, copied where the folder has no results.json, and a folder
+        # holding another run's results.json is refused
+        target = out_dir / "results.json"
+        same = target.exists() and target.resolve() == src.resolve()
+        copy = not same
+        if copy and target.exists() and target.read_bytes() != src.read_bytes():
+            parser.error(f"--report: {out_dir} holds another run's results.json; give --out a "
+                         "folder of its own")
         from . import report
         text = report.render(report_in)
         written = _write_outputs(report_in, out_dir, not args.no_plots, with_json=False)
+        if copy:
+            import shutil
+            shutil.copyfile(src, target)
+            written.insert(0, target)
         _out_text(text)
         _out_text("written: " + ", ".join(str(w) for w in written) + "\n")
         return 0
