@@ -125,6 +125,18 @@ def _score_block(qg, kg, start: int, end: int, scale: float, causal: bool, sq: i
     return s
 
 
+def _running_step(m, l, s):
+    """One block of scores s folded into the running row max m and row sum l: returns (m_new,
+    alpha, p, l_new), alpha rescaling the old state and p = exp(s - m_new)."""
+    m_new = torch.maximum(m, s.amax(dim=-1))
+    # A row that has seen only masked keys so far has m_new = -inf; measure it from 0 instead so
+    # that exp(-inf - (-inf)) never produces NaN. Its p and alpha are then exactly 0.
+    m_ref = torch.where(torch.isfinite(m_new), m_new, 0.0)
+    alpha = torch.exp(m - m_ref)                               # rescale factor of the old state
+    p = torch.exp(s - m_ref[..., None])
+    return m_new, alpha, p, alpha * l + p.sum(dim=-1)
+
+
 def _row_stats(qg, kg, scale: float, causal: bool, sq: int, sk: int, block: int, acc):
     """The row max m and the row sum l of exp(s - m) in the accumulation dtype, one key block at
     a time (the forward's running softmax without the output). Rows that see no key: m = -inf,
@@ -133,10 +145,7 @@ def _row_stats(qg, kg, scale: float, causal: bool, sq: int, sk: int, block: int,
     l = torch.zeros(qg.shape[:-1], dtype=acc, device=qg.device)
     for start in range(0, sk, block):
         s = _score_block(qg, kg, start, min(start + block, sk), scale, causal, sq, sk, acc)
-        m_new = torch.maximum(m, s.amax(dim=-1))
-        m_ref = torch.where(torch.isfinite(m_new), m_new, 0.0)
-        l = torch.exp(m - m_ref) * l + torch.exp(s - m_ref[..., None]).sum(dim=-1)
-        m = m_new
+        m, _, _, l = _running_step(m, l, s)
     return m, l
 
 
@@ -163,15 +172,8 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
         if causal and start > (sq - 1) + (sk - sq):
             break  # this key block and all later ones are invisible to every query row
         s = _score_block(qg, kg, start, end, scale, causal, sq, sk, acc)
-        m_new = torch.maximum(m, s.amax(dim=-1))
-        # A row that has seen only masked keys so far has m_new = -inf; measure it from 0 instead so
-        # that exp(-inf - (-inf)) never produces NaN. Its p and alpha are then exactly 0.
-        m_ref = torch.where(torch.isfinite(m_new), m_new, 0.0)
-        alpha = torch.exp(m - m_ref)                           # rescale factor of the old state
-        p = torch.exp(s - m_ref[..., None])
-        l = alpha * l + p.sum(dim=-1)
+        m, alpha, p, l = _running_step(m, l, s)
         o = alpha[..., None] * o + torch.matmul(p, vg[..., start:end, :].to(acc))
-        m = m_new
     seen = l > 0
     o = o / torch.where(seen, l, 1.0)[..., None]               # the one normalisation
     lse = torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), float("-inf"))
