@@ -155,12 +155,21 @@ def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", varia
 
     cfg = H.variant_config(variant or "default", head_dim, causal, **overrides)
     kernel = H.compile_sm90(head_dim, causal, dtype, cfg)
+    rep = {"head_dim": head_dim, "causal": causal, "dtype": dtype, "config": dataclasses.asdict(cfg),
+           "producer_regs": cfg.producer_regs, "consumer_regs": cfg.consumer_regs}
+    rep.update(_compiled_report(kernel, PTX_COUNTS))
+    return rep
+
+
+def _compiled_report(kernel, ptx_counts) -> dict:
+    """What both kernels' reports read from a compiled kernel: the target, threads, register cap
+    and setmaxnreg counts, shared memory, counts in the PTX of ptx_counts' strings, ptxas -v's
+    figures, the SASS counts and digest, and the kernel and its SASS (_kernel, _sass)."""
     ptx = kernel.asm["ptx"]
     regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
     maxnreg = re.search(r"\.maxnreg\s+(\d+)", ptx)
     reqntid = re.search(r"\.reqntid\s+(\d+)", ptx)
     rep = {
-        "head_dim": head_dim, "causal": causal, "dtype": dtype, "config": dataclasses.asdict(cfg),
         "target_sm_90a": ".target sm_90a" in ptx,
         "threads": int(reqntid.group(1)) if reqntid else None,
         "maxnreg_at_entry": int(maxnreg.group(1)) if maxnreg else None,
@@ -169,15 +178,15 @@ def report(head_dim: int = 128, causal: bool = False, dtype: str = "bf16", varia
         "setmaxnreg_values": sorted({int(v) for _, v in regs}),
         "setmaxnreg_dec": sorted({int(v) for k, v in regs if k == "dec"}),
         "setmaxnreg_inc": sorted({int(v) for k, v in regs if k == "inc"}),
-        "producer_regs": cfg.producer_regs, "consumer_regs": cfg.consumer_regs,
         "shared_bytes": kernel.metadata.shared, "shared_limit": SMEM_LIMIT,
-        "ptx_counts": {k: ptx.count(k) for k in PTX_COUNTS},
+        "ptx_counts": {k: ptx.count(k) for k in ptx_counts},
         "_kernel": kernel,
     }
     rep.update({k: v for k, v in ptxas_report(ptx).items() if k != "ptxas_text"})
     sc = sass_counts(kernel.asm["cubin"])
     rep["sass_counts"] = {k: v for k, v in sc.items() if k != "sass"}
-    rep["sass_sha1"] = sass_digest(sc["sass"])
+    rep["sass_sha1"] = sass_digest(sc["sass"])   # equal digests: the same code
+    rep["_sass"] = sc["sass"]
     return rep
 
 
@@ -202,31 +211,17 @@ def report_fp8(head_dim: int = 128, causal: bool = False, kv_block: int | None =
         cfg = F.get_config(head_dim, causal, kv_block)
     kernel = F.compile_sm90(head_dim, causal, cfg)
     ptx = kernel.asm["ptx"]
-    regs = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
-    maxnreg = re.search(r"\.maxnreg\s+(\d+)", ptx)
-    reqntid = re.search(r"\.reqntid\s+(\d+)", ptx)
     rep = {"head_dim": head_dim, "causal": causal, "variant": variant,
            "config": dataclasses.asdict(cfg),
-           "target_sm_90a": ".target sm_90a" in ptx,
-           "threads": int(reqntid.group(1)) if reqntid else None,
-           "maxnreg_at_entry": int(maxnreg.group(1)) if maxnreg else None,
-           "setmaxnreg_dec": sorted({int(v) for a, v in regs if a == "dec"}),
-           "setmaxnreg_inc": sorted({int(v) for a, v in regs if a == "inc"}),
-           "shared_bytes": kernel.metadata.shared, "shared_limit": SMEM_LIMIT,
            "wgmma_e4m3_shapes": sorted(set(re.findall(
                r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k32)\.f32\.e4m3\.e4m3", ptx))),
            "wgmma_other": len(re.findall(
-               r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.(?:bf16|f16)", ptx)),
-           "ptx_counts": {key: ptx.count(key) for key in FP8_PTX_COUNTS},
-           "_kernel": kernel}
-    rep.update({k: v for k, v in ptxas_report(ptx).items() if k != "ptxas_text"})
-    sc = sass_counts(kernel.asm["cubin"])
-    rep["sass_counts"] = {k: v for k, v in sc.items() if k != "sass"}
-    rep["sass_sha1"] = sass_digest(sc["sass"])   # equal digests: the same code
-    rep["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sc["sass"]))
-    rep["local_in_loops"] = local_memory_in_loops(sc["sass"])
-    rep["local_in_inner_loops"] = local_memory_in_inner_loops(sc["sass"])
-    rep["_sass"] = sc["sass"]
+               r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.(?:bf16|f16)", ptx))}
+    rep.update(_compiled_report(kernel, FP8_PTX_COUNTS))
+    sass = rep["_sass"]
+    rep["sass_counts"]["QGMMA_E4M3"] = len(re.findall(r"QGMMA\.\w+\.F32\.E4M3\.E4M3", sass))
+    rep["local_in_loops"] = local_memory_in_loops(sass)
+    rep["local_in_inner_loops"] = local_memory_in_inner_loops(sass)
     return rep
 
 
@@ -494,7 +489,7 @@ def main(argv=None) -> int:
         if a.dump:
             _dump(a.dump, f"hopper_fwd_{name + '_' if name else ''}d{d}_"
                           f"{'causal' if c else 'full'}",
-                  r["_kernel"], sass_counts(r["_kernel"].asm["cubin"])["sass"])
+                  r["_kernel"], r["_sass"])
     return 0 if ok else 1
 
 

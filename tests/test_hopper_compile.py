@@ -209,7 +209,7 @@ out = []
 first = int(sys.argv[2])
 for d, c, ov in json.loads(sys.argv[1]):
     r = fi.report(d, c, "bf16", **ov)
-    k = r.pop("_kernel")
+    k, sass = r.pop("_kernel"), r.pop("_sass")
     ptx = k.asm["ptx"]
     r["ptx_store_tma"] = ptx.count("cp.async.bulk.tensor.4d.global.shared")
     r["ptx_named_bars"] = ptx.count("bar.sync 10, 256") + ptx.count("bar.sync 11, 256")
@@ -219,7 +219,6 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_wg_bar_syncs"] = len(re.findall(r"bar\\.sync\\s+\\d+, 128;", ptx))
     r["ptx_nb_arrive_288"] = len(re.findall(r"bar\\.arrive\\s+%r\\d+, 288;", ptx))
     r["ptx_nb_sync_288"] = len(re.findall(r"bar\\.sync\\s+%r\\d+, 288;", ptx))
-    sass = fi.sass_counts(k.asm["cubin"])["sass"]
     r["sass_n"] = len(fi.sass_instructions(sass))
     r["ptx_asm_waits"] = ptx.count("mov.b32 A1, global_smem")
     if r["config"]["asm_waits"]:
