@@ -154,18 +154,19 @@ def test_persistent_rows_many_tiles_per_program(first_launch, shape, d, causal):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (3, 640, 900, 2, 1)],
                          ids=lambda s: "b{}_q{}_k{}_h{}_hk{}".format(*s))
-def test_expect_signal_candidates_bitwise_equal_to_the_row(first_launch, shape, causal, variant):
-    """The session-21 candidates change only how the producer signals V^T ready (pvx) and how the
+def test_expect_signal_forms_bitwise_equal_to_pvr(first_launch, shape, causal, variant):
+    """The session-21 forms (pvxc: hdim 256's rows since device run 97) change only how the producer signals V^T ready (pvx) and how the
     consumers release K / V^T (pvxc): 0-byte expects in place of mbarrier.arrive, without the
-    warpgroup barriers membar put around the arrive. The arithmetic is the row's, so the outputs
-    must be bitwise the row's, on one program per SM and on 2 programs (several tiles each),
+    warpgroup barriers membar put around the arrive. The arithmetic is that of pvr (the row
+    before), so the outputs must be bitwise pvr's, on one program per SM and on 2 programs (several tiles each),
     five times over: a release that came before the stage was read shows as a difference."""
     from fusedattn.kernels import hopper_fp8_fwd as F
 
     d = 256
     _require(first_launch, d)
-    row = F.get_config(d, causal, 128)
+    row = F.variant_config("pvr", d, causal)
     cfg = F.variant_config(variant, d, causal)
+    assert row != cfg
     b, sq, sk, h, hk = shape
     q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + causal)
     qq = quantize_fp8(q, role="q", rotate=True, seed=5)

@@ -41,7 +41,8 @@ CASES = [  # (head_dim, causal, variant): variant None is the table's row for (h
     (128, False, None),          # persistent, O through the V staging ring (device run 86)
     (128, True, None),           # persistent, early Q release, tiles from a table (device run 37)
     (128, True, "@128"),         # 128-key tiles, block by block (device run 18)
-    (256, False, None),          # persistent, O through the V staging ring (device run 85)
+    (256, False, None),          # persistent, O through the V staging ring (device run 85),
+                                 # the 0-byte expect signals (pvxc, device run 97)
     (256, True, None),
     (64, False, "@128"),         # packed P, predicated unpacking (C7513), overlap
     (128, False, "@128"),        # packed P, unpacked by prmt, ldsm transpose, overlap
@@ -273,12 +274,13 @@ def test_variants_table():
         (128, True, 128): replace(row[128], **F.VARIANTS["serial"][0]),
         (128, False, 256): replace(row[128], **F.VARIANTS["or256n"][0]),  # runs 18, 79, 86
         (128, True, 256): replace(row[128], **F.VARIANTS["or256c"][0]),  # runs 37, 79, 81, 85
-        (256, False, 128): replace(row[256], **F.VARIANTS["pvr"][0]),      # device run 85
-        (256, True, 128): replace(row[256], **F.VARIANTS["pvr"][0]),
+        (256, False, 128): replace(row[256], **F.VARIANTS["pvxc"][0]),     # device runs 85, 97
+        (256, True, 128): replace(row[256], **F.VARIANTS["pvxc"][0]),
     }
     # hdim 256's candidates are defined against its one-tile row of runs 77-85
     assert F.variant_config("vpo", 256, True) == row[256]
-    assert F.variant_config("pvr", 256, False) == F.get_config(256, False)
+    assert F.variant_config("pvxc", 256, False) == F.get_config(256, False)
+    assert F.variant_config("pvr", 256, True) != F.get_config(256, True)   # the previous row
     assert F.CONFIGS == expected
     assert [F.preferred_block(d, c) for d in (64, 128, 256) for c in (False, True)] == \
         [256, 256, 256, 256, 128, 128]
@@ -770,12 +772,13 @@ def test_hdim256_overlap_is_serialised_by_register_shortage():
 
 
 def test_expect_signals_take_membar_barriers_out_of_the_loops():
-    """vt_signal_expect (session-21 candidate, variant pvx): the producer signals V^T ready with
+    """vt_signal_expect (session 21, variant pvx; with release_expect, pvxc, hdim 256's rows since
+    device run 97, measured against pvr, the row before): the producer signals V^T ready with
     a 0-byte expect (one arrive, as mbarrier.arrive) instead of mbarrier.arrive, which Triton
     3.6's membar pass fences on both sides (it counts as an access to all shared memory;
     scripts/membar_study). The same products and loads, one signal fewer as a plain arrive, one
     more as an expect, and fewer warpgroup barriers; refused with the split producer."""
-    row, pvx, pvxc = _run_reports([(256, False, None), (256, False, "pvx"), (256, False, "pvxc")])
+    row, pvx, pvxc = _run_reports([(256, False, "pvr"), (256, False, "pvx"), (256, False, None)])
     assert pvx["config"]["vt_signal_expect"] and not row["config"]["vt_signal_expect"]
     a, b = row["ptx_counts"], pvx["ptx_counts"]
     for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
@@ -797,8 +800,8 @@ def test_expect_signals_take_membar_barriers_out_of_the_loops():
     assert c["bar.sync"] < b["bar.sync"]
     assert pvxc["sass_counts"]["BAR"] < pvx["sass_counts"]["BAR"]
     assert pvxc["spill_stores"] <= row["spill_stores"]
-    assert F._fma_bits(F.variant_config("pvxc", 256, False)) & 8
-    assert not F._fma_bits(F.get_config(256, False)) & 8
+    assert F._fma_bits(F.get_config(256, False)) & 8 and F._fma_bits(F.get_config(256, True)) & 8
+    assert not F._fma_bits(F.variant_config("pvr", 256, False)) & 8
     with pytest.raises(ValueError, match="release_expect"):
         F._constexprs(256, False, replace(F.variant_config("ovpo", 256, False),
                                           release_expect=True))

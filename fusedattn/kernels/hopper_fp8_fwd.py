@@ -230,6 +230,14 @@ class Fp8FwdConfig:
                                     # warpgroup right after its wgmma wait; FA3 releases V with
                                     # all 256 threads). Kernel SOFTMAX_FMA bit 3
 
+    # --- session-24 candidate (RESULTS.md runs 96-97), off until measured on a GPU ---
+    k_after_vt: bool = False        # with early_q, the one-warpgroup producer: in the key-block
+                                    # loop, K_{j+1} is loaded after V_j's transpose and signal, not
+                                    # before it. The K load waits for both consumer warpgroups'
+                                    # release of K_{j-1} (their QK^T_{j-1}), so the transpose of
+                                    # V_j started only after it; run 96's no-transpose row was
+                                    # 16-22% faster at hdim 256 (kernel LDSM_T bit 3)
+
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
         return 4
@@ -261,6 +269,8 @@ _ONE_TILE256 = replace(_ROW256, v_perm=True, o_tma=True)
 # the persistent loop with O through the V staging ring (o_ring; variant pvr): hdim 256's rows
 _PERSISTENT_RING = dict(persistent=True, early_q=True, sched_table=True, causal_mask_only=True,
                         o_tma=False, v_perm=True, o_ring=True)
+# the session-21 signals as 0-byte expects (variant pvxc; hdim 256's rows since device run 97)
+_EXPECTS = dict(vt_signal_expect=True, release_expect=True)
 
 # (head_dim, causal, block_n) -> configuration. attention_fp8 on 16-bit inputs quantises k and v
 # with the largest block_n listed for (head_dim, causal) (preferred_block); quantised inputs run
@@ -357,8 +367,15 @@ CONFIGS = {
     # program. Spills: 40 B non-causal / 24 B causal, tile-level values of the tile loop, none in
     # a key-block loop (KNOWN_SPILL in tests/test_hopper_fp8_compile.py). The previous row is
     # variant vpo (_ONE_TILE256).
-    (256, False, 128): replace(_ONE_TILE256, **_PERSISTENT_RING),
-    (256, True, 128): replace(_ONE_TILE256, **_PERSISTENT_RING),
+    # Then V^T signalled ready, and K / V^T released by the consumers, with 0-byte expects in
+    # place of mbarrier.arrive (vt_signal_expect + release_expect, variant pvxc: 7 -> 4 warpgroup
+    # barriers per block in each consumer's loop, CPU), device run 97 on an H100 (clock stamps
+    # and rotated rounds beside this row): loop cycles per block -1.2 / -1.1 / +0.1 / -1.3% at
+    # non-causal 2k / 8k, causal 2k / 8k; rounds 1.037 / 1.019 / 1.015 / 1.049x (spreads
+    # 0.04-0.12). Bitwise equal to the row (5 repeats, 1 and 2 programs), memcheck 0 errors,
+    # racecheck only the hand-off class. The previous row is variant pvr.
+    (256, False, 128): replace(_ONE_TILE256, **_PERSISTENT_RING, **_EXPECTS),
+    (256, True, 128): replace(_ONE_TILE256, **_PERSISTENT_RING, **_EXPECTS),
 }
 
 
@@ -573,7 +590,12 @@ VARIANTS = {
     "pvx": (dict(_PERSISTENT_RING, vt_signal_expect=True), (256,)),
     # the same with the consumers' K / V^T releases as 0-byte expects too (release_expect):
     # warpgroup barriers in each consumer's key-block loop 7 -> 4 (CPU). Not yet run on a GPU
-    "pvxc": (dict(_PERSISTENT_RING, vt_signal_expect=True, release_expect=True), (256,)),
+    # Device run 97 (H100): pvx flat (loop cycles -0.2..+1.9%), pvxc -1.1..-1.3% (+0.1% causal
+    # 2k); pvxc is hdim 256's rows since, pvr the previous row
+    "pvxc": (dict(_PERSISTENT_RING, **_EXPECTS), (256,)),
+    # session 24: the row (pvxc) with K_{j+1} loaded after V_j's transpose (k_after_vt), so the
+    # transpose no longer waits for the consumers' release of K_{j-1}. Not yet run on a GPU
+    "pkt": (dict(_PERSISTENT_RING, **_EXPECTS, k_after_vt=True), (256,)),
     # the same O path on hdim 128's causal row in place of o_half (no buffer of its own, both
     # warpgroups' stores at once, no turns; V_0 of the next tile waits for them). Device run 85:
     # +2.0% at 2k and 8k, the (128, True, 256) row since; oh256c, the previous row, timed beside it
@@ -940,8 +962,15 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         jn = j + 1
         if EARLY_Q:
             if j > 0:   # (at j == 0 after V_0's transpose and the Q release, below)
-                _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b, kvh,
-                           jn, kv_base + jn, n_blocks, BLOCK_N, NUM_STAGES, V_STAGES, NCH, NKC)
+                if LDSM_T & 8:   # k_after_vt: V_{j+1} now, K_{j+1} after V_j's signal (below)
+                    if jn < n_blocks:
+                        gn = kv_base + jn
+                        _load_v(v_desc, vs_smem, vs_ready.index(gn % V_STAGES), b, kvh,
+                                jn * BLOCK_N, gn % V_STAGES, NCH, NKC)
+                else:
+                    _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b,
+                               kvh, jn, kv_base + jn, n_blocks, BLOCK_N, NUM_STAGES, V_STAGES,
+                               NCH, NKC)
         else:
             _load_next(k_desc, v_desc, k_smem, vs_smem, k_ready, k_empty, vs_ready, b, kvh,
                        jn, kv_base + jn, n_blocks, BLOCK_N, NUM_STAGES, V_STAGES, NCH, NKC)
@@ -959,6 +988,11 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         if STAMPS:
             if j == 0:
                 _stamp(lse_ptr, stamp_base, 5, _CLOCK)
+        if LDSM_T & 8:   # k_after_vt (with EARLY_Q): K_{j+1}, once K_{j-1}'s stage is released
+            if j > 0:
+                if jn < n_blocks:
+                    _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N, kv_base + jn,
+                            NUM_STAGES)
         if EARLY_Q:
             # V_0's transpose waited on nothing of the previous tile's last block; Q and K_1
             # wait for its last QK^T (q_empty, K_1's stage), V_1 for nothing (under o_ring V_0
@@ -2175,6 +2209,9 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.release_expect and cfg.overlap:
         raise ValueError("release_expect is for the block-by-block loop (overlap=False): the "
                          "overlapped loop's releases are mbarrier.arrive")
+    if cfg.k_after_vt and not (cfg.early_q and not cfg.split_producer):
+        raise ValueError("k_after_vt reorders the one-warpgroup producer's early_q loop: it needs "
+                         "early_q=True and split_producer=False")
     if cfg.vt_signal_expect and cfg.split_producer:
         raise ValueError("vt_signal_expect is for the one-warpgroup producer (split_producer=False): "
                          "the split producer's transposer signals V^T with mbarrier.arrive")
@@ -2209,9 +2246,10 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
 
 def _ldsm_bits(cfg: Fp8FwdConfig):
     """The kernel's LDSM_T: 1 the ldmatrix transpose, 2 diag_no_transpose, 3 with v_perm; bit 2
-    vt_signal_expect (the rows without it keep their earlier value)."""
+    vt_signal_expect, bit 3 k_after_vt (the rows without them keep their earlier value)."""
     t = 2 if cfg.diag_no_transpose else (3 if cfg.v_perm else cfg.ldsm_transpose)
-    return int(t) | 4 if cfg.vt_signal_expect else t
+    t = int(t) | 4 if cfg.vt_signal_expect else t
+    return int(t) | 8 if cfg.k_after_vt else t
 
 
 def _fma_bits(cfg: Fp8FwdConfig):
