@@ -807,6 +807,26 @@ def test_expect_signals_take_membar_barriers_out_of_the_loops():
                                           release_expect=True))
 
 
+def test_k_after_vt_reorders_only_the_producer():
+    """k_after_vt (session-24 candidate, variant pkt): the producer loads K_{j+1} after V_j's
+    transpose and signal instead of before, so the transpose no longer waits for the consumers'
+    release of K_{j-1}. The same products, copies, transposes and signals as the row, no new
+    spills, and refused where there is no early_q loop of the one-warpgroup producer."""
+    row, pkt = _run_reports([(256, True, None), (256, True, "pkt")])
+    assert pkt["config"]["k_after_vt"] and not row["config"]["k_after_vt"]
+    a, b = row["ptx_counts"], pkt["ptx_counts"]
+    for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
+                "mbarrier.arrive.expect_tx", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"):
+        assert a[key] == b[key], key
+    assert pkt["spill_stores"] <= row["spill_stores"]
+    assert pkt["local_in_inner_loops"] == 0
+    assert F._ldsm_bits(F.variant_config("pkt", 256, True)) & 8
+    assert not F._ldsm_bits(F.get_config(256, True)) & 8
+    for bad in (dict(early_q=False), dict(split_producer=True)):
+        with pytest.raises(ValueError, match="k_after_vt"):
+            F._constexprs(256, True, replace(F.variant_config("pkt", 256, True), **bad))
+
+
 def test_timing_diagnostic_is_refused_without_its_flag():
     """diag_no_transpose computes wrong results (the producer skips the V transpose; a timing
     diagnostic, scripts/fp8_diag_time.py): forward() refuses it unless asked explicitly, before

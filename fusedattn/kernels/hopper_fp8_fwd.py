@@ -2192,6 +2192,9 @@ def _signature(head_dim: int, cfg: Fp8FwdConfig, out_dtype: str = "bf16") -> dic
 
 
 def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
+    if cfg.k_after_vt and not (cfg.early_q and not cfg.split_producer):
+        raise ValueError("k_after_vt reorders the one-warpgroup producer's early_q loop: it needs "
+                         "early_q=True and split_producer=False")
     if cfg.early_q and (not cfg.persistent or cfg.overlap):
         raise ValueError("early_q is for the persistent loop block by block (persistent=True, "
                          "overlap=False)")
@@ -2209,9 +2212,6 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.release_expect and cfg.overlap:
         raise ValueError("release_expect is for the block-by-block loop (overlap=False): the "
                          "overlapped loop's releases are mbarrier.arrive")
-    if cfg.k_after_vt and not (cfg.early_q and not cfg.split_producer):
-        raise ValueError("k_after_vt reorders the one-warpgroup producer's early_q loop: it needs "
-                         "early_q=True and split_producer=False")
     if cfg.vt_signal_expect and cfg.split_producer:
         raise ValueError("vt_signal_expect is for the one-warpgroup producer (split_producer=False): "
                          "the split producer's transposer signals V^T with mbarrier.arrive")
