@@ -4,14 +4,16 @@
 # does start has to carry the most important work first). Each step has its own cap under one
 # deadline; full logs under OUT, tarred to OUT.tgz; a short summary and the bars last.
 #     bash scripts/device_session.sh OUT [DEADLINE_S (540)]
+# Both branches start with the FP8 GPU tests (hdim 256's rows took pvxc in session 24 from
+# run 97's checks; the whole FP8 grid has not run on it yet, and the bitwise test covers pkt).
 # On an H200 (the card the issues' bars are counted on):
 #   1. the FP8 bench beside FA3-FP8, hdim 128 / 256, end to end included (issue #5's bar; the
 #      second independent H200 run that RESULTS.md asks for);
-#   2. the GPU tests written since the last device session (tests/test_gpu_grid.py -k
-#      negative_softmax_scale, tests/test_gpu_fp8.py -k expect_signal);
+#   2. the candidate pkt (session 24) through scripts/device_fp8_variant.sh at hdim 256 (checks,
+#      sanitizers on causal cases, clock stamps, rotated rounds);
 #   3. the 16-bit bench beside FA3 and SDPA-cuDNN with the time left (issue #4's bars; shapes
 #      left over are listed for --resume).
-# On any other card: 2., then scripts/device_fp8_diag.sh with the time left.
+# On any other card: 2., then the FP8 bench with the time left.
 # FA3's wheel first, as for every side-by-side run (pip install --target /tmp/site .whl/*.whl and
 # /tmp/site on PYTHONPATH).
 set -u
@@ -34,26 +36,27 @@ bench() {  # bench NAME CAP_S ARGS...: the forward bench under the cap (--time-b
   fi
 }
 tests() {
-  step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_grid.py \
-    tests/test_gpu_fp8.py -k "negative_softmax_scale or expect_signal"
+  step gpu_fp8 100 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_fp8.py
+}
+variant() {  # pkt at hdim 256, non-causal and causal, 2k and 8k
+  local c; c=$(cap 230)
+  if [ "$c" -lt 150 ]; then summary+=("pkt: skipped (time)"); return 99; fi
+  step pkt "$c" env DEV_CAP=100 ROUNDS_CAP=90 SAN_CAUSAL=1 bash scripts/device_fp8_variant.sh \
+    "$out/pkt" pkt "256,0,2048;256,0,8192;256,1,2048;256,1,8192" $(( c - 10 ))
 }
 
+tests
 if grep -q H200 "$out/smi.txt"; then
   bench b8 210 --hdims 128,256 --backends hopper-fp8,hopper-e2e-fp8,fa3-fp8
-  tests
+  variant
   bench b16 "$(left)" --hdims 64,128,256 --backends hopper,fa3,sdpa-cudnn
 else
-  tests
-  l=$(left)
-  if [ "$l" -ge 120 ]; then
-    step diag "$l" bash scripts/device_fp8_diag.sh "$out/diag" $(( l - 15 ))
-  else
-    summary+=("diag: skipped (time)")
-  fi
+  variant
+  bench b8 "$(left)" --hdims 256,128 --backends hopper-fp8,hopper-e2e-fp8,fa3-fp8
 fi
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
-tail -n 3 "$out/gpu_tests.log" 2>/dev/null
-tail -n 25 "$out/diag.log" 2>/dev/null
+tail -n 3 "$out/gpu_fp8.log" 2>/dev/null
+grep -v '^ *$' "$out/pkt.log" 2>/dev/null | grep -v '^| \(64\|128\) ' | tail -n 25
 tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")"
 cat "$out"/bars-*.md 2>/dev/null
