@@ -60,7 +60,7 @@ printf '%s\n' "${summary[@]}"
 for f in "$out"/race_*-addresses.txt; do echo "$f:"; cat "$f"; done
 [ -f "$out/quant_speed.log" ] && grep "^|" "$out/quant_speed.log"
 [ -f "$out/dev/summary.md" ] && tail -40 "$out/dev/summary.md"
-[ -f "$out/phases.log" ] && grep "^d" "$out/phases.log"
+[ -f "$out/phases.log" ] && grep "^d\|^  block" "$out/phases.log"
 [ -f "$out/rounds.log" ] && grep "^d" "$out/rounds.log"
 # one tarball (the device returns a limited number of files)
 tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")" && rm -rf "$out"

@@ -57,6 +57,6 @@ fi
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
 tail -n 3 "$out/gpu_fp8.log" 2>/dev/null
-grep -v '^ *$' "$out/pkt.log" 2>/dev/null | grep -v '^| \(64\|128\) ' | tail -n 25
+grep -v '^ *$' "$out/pkt.log" 2>/dev/null | grep -v '^| \(64\|128\) ' | tail -n 45
 tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")"
 cat "$out"/bars-*.md 2>/dev/null

@@ -4,10 +4,18 @@
 Per tile (consumer warpgroup 0's thread 0, the producer's thread 0; cycles of the tile's SM):
   0 consumer entry, 1 Q arrived (after its wait), 2 key loop done, 3 epilogue stores issued,
   4 producer entry, 5 the first V^T published; 6 the SM id, 7 the global timer at entry (ns).
+Key block F.STAMP_BLOCK (2) of each tile with more blocks than that: the producer's 8 before its
+waits for V_j staged and V^T_{j-2} released, 9 after them (its transpose starts), 10 V^T_j
+signalled, 11 K_{j+1} issued (before 8 in the row's order, after 10 with k_after_vt); consumer
+warpgroup 0's 12 / 13 before / after its wait for K_j, 14 / 15 before / after its wait for V^T_j,
+16 after its pingpong turn, 17 after P_j V_j.
 Reported per cell (medians over tiles, cycles): the gap between a tile's end (stamp 3) and the
 next tile's entry on the same SM (launch and setup of the next program), the wait for Q, the loop
 per key block, the epilogue, the producer's first V^T after entry; and the per-tile fixed cost in
-key blocks: (gap + Q wait + epilogue) / (loop per block). Timed run first (do_bench), then one
+key blocks: (gap + Q wait + epilogue) / (loop per block). For the block: the producer's wait, its
+transpose (9 -> 10), when K_{j+1} was issued against the transpose's start, the consumer's waits
+for K_j and V^T_j, its turn and P V, and the slack: the consumer's V^T request minus the
+producer's signal (14 - 10; negative: the consumer waited for the transpose). Timed run first (do_bench), then one
 launch with the stamps; both at the bench's shapes (batch x seqlen = 16384, heads x head_dim =
 2048), seqlens multiples of 128.
 
@@ -37,6 +45,33 @@ MODES = (False, True) if os.environ.get("FP8_PHASES_PERSISTENT") else (False,)
 # FP8_PHASES_VARIANTS="pq256,...": each cell also with these candidates of F.VARIANTS (stamped the
 # same way; the mode is then the variant's name)
 MODES += tuple(v for v in os.environ.get("FP8_PHASES_VARIANTS", "").split(",") if v)
+
+
+def block_steps(st, nblk):
+    """Medians of key block STAMP_BLOCK's steps (slots 8-17) over the tiles that have the block
+    and whose stamps all lie within the tile (entry .. epilogue): cycles."""
+    jb = int(F.STAMP_BLOCK.value)
+    ok = []
+    for r, n in zip(st, nblk):
+        if n <= jb + 1:
+            continue
+        lo, hi = min(r[0], r[4]), r[3]
+        if all(lo <= r[i] <= hi for i in range(8, 18)):
+            ok.append(r)
+    if not ok:
+        return {}
+    med = statistics.median
+    return dict(
+        blk_tiles=len(ok),
+        blk_p_wait=med(r[9] - r[8] for r in ok),
+        blk_transpose=med(r[10] - r[9] for r in ok),
+        blk_k_issue=med(r[11] - r[9] for r in ok),
+        blk_c_kwait=med(r[13] - r[12] for r in ok),
+        blk_c_vtwait=med(r[15] - r[14] for r in ok),
+        blk_c_vt_waited=sum(r[15] - r[14] > 200 for r in ok) / len(ok),
+        blk_c_turn=med(r[16] - r[15] for r in ok),
+        blk_c_pv=med(r[17] - r[16] for r in ok),
+        blk_slack=med(r[14] - r[10] for r in ok))
 
 
 def main():
@@ -71,8 +106,9 @@ def main():
             F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
         _, lse = F.forward(qq, kq, vq, causal, d ** -0.5, config=cfg, _diagnostic=True)
         torch.cuda.synchronize()
-        st = lse.view(b, h, s)[:, :, :].reshape(b, h, s // 128, 128)[..., :16].contiguous()
-        st = st.view(torch.int64).reshape(-1, 8).cpu().tolist()    # one row of 8 per tile
+        rows = int(F.STAMP_ROWS.value)
+        st = lse.view(b, h, s)[:, :, :].reshape(b, h, s // 128, 128)[..., :rows].contiguous()
+        st = st.view(torch.int64).reshape(-1, rows // 2).cpu().tolist()   # one row per tile
         n_tiles = len(st)
         m_tiles = s // 128
         bn = cfg.block_n
@@ -102,12 +138,20 @@ def main():
                    first_vt=med(firstv), tile_total=med(total),
                    span_ms=(max(r[7] for r in st) - min(r[7] for r in st)) / 1e6)
         rec["fixed_in_blocks"] = ((rec["gap"] or 0) + rec["q_wait"] + rec["epilogue"]) / rec["loop_per_block"]
+        rec.update(block_steps(st, nblk))
         recs.append(rec)
         print(f"d{d} causal={int(causal)} s{s}{(' ' + pers) if isinstance(pers, str) else (' persistent' if pers else '')} ({n_tiles} tiles on {len(by_sm)} SMs, {bn}-key blocks): "
               f"gap {rec['gap']:.0f} (p90 {rec['gap_p90']:.0f}) | Q wait {rec['q_wait']:.0f} | "
               f"loop {rec['loop_per_block']:.0f}/block | epilogue {rec['epilogue']:.0f} | "
               f"producer first V^T {rec['first_vt']:.0f} | tile {rec['tile_total']:.0f} cycles | "
               f"fixed = {rec['fixed_in_blocks']:.2f} blocks", flush=True)
+        if rec.get("blk_tiles"):
+            print(f"  block {int(F.STAMP_BLOCK.value)} ({rec['blk_tiles']} tiles): producer wait "
+                  f"{rec['blk_p_wait']:.0f} | transpose {rec['blk_transpose']:.0f} | K_(j+1) "
+                  f"issued at {rec['blk_k_issue']:+.0f} from the transpose's start | consumer K "
+                  f"wait {rec['blk_c_kwait']:.0f}, V^T wait {rec['blk_c_vtwait']:.0f} (waited in "
+                  f"{rec['blk_c_vt_waited']:.0%} of tiles), turn {rec['blk_c_turn']:.0f}, P V "
+                  f"{rec['blk_c_pv']:.0f} | slack {rec['blk_slack']:+.0f} cycles", flush=True)
         with open(os.path.join(out_dir, f"stamps_d{d}_c{int(causal)}_s{s}_p{pers if isinstance(pers, str) else int(pers)}.json"), "w") as f:
             json.dump(dict(rec=rec, stamps=st, n_blocks=nblk), f)
     with open(os.path.join(out_dir, "phases.json"), "w") as f:

@@ -152,7 +152,8 @@ def test_persistent_rows_many_tiles_per_program(first_launch, shape, d, causal):
 @needs_sm90
 @pytest.mark.parametrize("variant", ["pvx", "pvxc", "pkt"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (3, 640, 900, 2, 1)],
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (3, 640, 900, 2, 1),
+                                   (2, 1000, 300, 2, 2)],   # causal: tiles with no key block
                          ids=lambda s: "b{}_q{}_k{}_h{}_hk{}".format(*s))
 def test_expect_signal_forms_bitwise_equal_to_pvr(first_launch, shape, causal, variant):
     """The session-21 forms (pvxc: hdim 256's rows since device run 97) change only how the

@@ -845,6 +845,13 @@ _GTIMER = gl.constexpr("mov.u64 $0, %globaltimer;")
 _SMID = gl.constexpr("{\n.reg .b32 t;\nmov.u32 t, %smid;\ncvt.u64.u32 $0, t;\n}")
 
 
+# diag_stamps: the stamps own the first STAMP_ROWS lse entries of each tile (20 int64 slots:
+# 0-7 the tile's phases, 8-17 key block STAMP_BLOCK's producer and consumer steps;
+# scripts/fp8_tile_phases.py)
+STAMP_ROWS = gl.constexpr(40)
+STAMP_BLOCK = gl.constexpr(2)
+
+
 @gluon.jit
 def _stamp(lse_ptr, base, SLOT: gl.constexpr, ASM: gl.constexpr, T: gl.constexpr = 0):
     """diag_stamps: thread T (0) of the partition writes a special register (ASM: _CLOCK, the
@@ -978,8 +985,16 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         g = kv_base + j
         vs = g % V_STAGES
         s = g % NUM_STAGES
+        if STAMPS:
+            if j == STAMP_BLOCK:
+                if LDSM_T & 8 == 0:   # K_{j+1} was issued above (_load_next)
+                    _stamp(lse_ptr, stamp_base, 11, _CLOCK)
+                _stamp(lse_ptr, stamp_base, 8, _CLOCK)
         mbarrier.wait(vs_ready.index(vs), (g // V_STAGES) & 1)
         mbarrier.wait(vt_empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
+        if STAMPS:
+            if j == STAMP_BLOCK:
+                _stamp(lse_ptr, stamp_base, 9, _CLOCK)
         if LDSM_T & 3 != 2:   # 2: the timing diagnostic diag_no_transpose (no transpose at all)
             _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3)
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
@@ -988,11 +1003,17 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         if STAMPS:
             if j == 0:
                 _stamp(lse_ptr, stamp_base, 5, _CLOCK)
-        if LDSM_T & 8:   # k_after_vt (with EARLY_Q): K_{j+1}, once K_{j-1}'s stage is released
-            if j > 0:
-                if jn < n_blocks:
-                    _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N, kv_base + jn,
-                            NUM_STAGES)
+            if j == STAMP_BLOCK:
+                _stamp(lse_ptr, stamp_base, 10, _CLOCK)
+        if EARLY_Q:   # (k_after_vt needs early_q: without it _load_next above loaded K_{j+1})
+            if LDSM_T & 8:   # k_after_vt: K_{j+1}, once K_{j-1}'s stage is released
+                if j > 0:
+                    if jn < n_blocks:
+                        _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N,
+                                kv_base + jn, NUM_STAGES)
+                if STAMPS:
+                    if j == STAMP_BLOCK:
+                        _stamp(lse_ptr, stamp_base, 11, _CLOCK)
         if EARLY_Q:
             # V_0's transpose waited on nothing of the previous tile's last block; Q and K_1
             # wait for its last QK^T (q_empty, K_1's stage), V_1 for nothing (under o_ring V_0
@@ -1220,8 +1241,10 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                   FMA: gl.constexpr = False, PINGPONG: gl.constexpr = False,
                   WG: gl.constexpr = 0, kv_base=0, q_empty=None, n_blocks=0,
-                  EARLY_Q: gl.constexpr = False):
+                  EARLY_Q: gl.constexpr = False, STAMPS: gl.constexpr = False, lse_ptr=None,
+                  stamp_base=0):
     """Key block j without overlap: QK^T_j, softmax, O = O * alpha * v_unit / v_j + P_j V_j.
+    STAMPS (warpgroup 0's, diag_stamps): block STAMP_BLOCK's steps in slots 12-17.
 
     PINGPONG: FA3's schedule without intra-warpgroup overlap: a turn spans P V_{j-1} (issued and
     waited for) and the issue of QK^T_j; the softmax runs outside the turns, under the other
@@ -1231,7 +1254,13 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     ph = ((kv_base + j) // NUM_STAGES) & 1
     k_sc = gl.load(ks_ptr + kv_sc + j)
     v_j = gl.load(vs_ptr + kv_sc + j)
+    if STAMPS:
+        if j == STAMP_BLOCK:
+            _stamp(lse_ptr, stamp_base, 12, _CLOCK)
     mbarrier.wait(k_ready.index(s), ph)
+    if STAMPS:
+        if j == STAMP_BLOCK:
+            _stamp(lse_ptr, stamp_base, 13, _CLOCK)
     k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     if PINGPONG:
         if j == 0:
@@ -1253,9 +1282,18 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     if NKC == 1:
         p_op = gl.convert_layout(_key_perm(p.to(q.dtype), M_WG, 0, 1), p_layout,
                                  assert_trivial=True)
+        if STAMPS:
+            if j == STAMP_BLOCK:
+                _stamp(lse_ptr, stamp_base, 14, _CLOCK)
         mbarrier.wait(vt_ready.index(s), ph)
+        if STAMPS:
+            if j == STAMP_BLOCK:
+                _stamp(lse_ptr, stamp_base, 15, _CLOCK)
         if PINGPONG:
             _named_bar(10 + WG, False)
+        if STAMPS:
+            if j == STAMP_BLOCK:
+                _stamp(lse_ptr, stamp_base, 16, _CLOCK)
         v = vt_smem.index(s).permute((1, 0))
         o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
     else:
@@ -1274,6 +1312,9 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
         o_tok = warpgroup_mma(p_op1, vt_smem.index(2 * s + 1).permute((1, 0)), o_tok,
                               is_async=True)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
+    if STAMPS:
+        if j == STAMP_BLOCK:
+            _stamp(lse_ptr, stamp_base, 17, _CLOCK)
     _signal(vt_empty.index(s), FMA & 8)            # V^T_j read (bit 3: release_expect)
     return acc, m_i, l_i, v_j
 
@@ -1452,13 +1493,15 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                 False, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
-                FMA, PINGPONG, WG, kv_base, q_empty, n_blocks, EARLY_Q)
+                FMA, PINGPONG, WG, kv_base, q_empty, n_blocks, EARLY_Q, STAMPS, lse_ptr,
+                stamp_base)
         for j in range(n_unmasked, n_blocks):
             acc, m_i, l_i, v_unit = _block_serial(
                 q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_ptr, vs_ptr, kv_sc,
                 acc, m_i, l_i, v_unit, row_f, rows, j, seqlen_k, causal_off, s_zero,
                 True, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, M_WG, s_layout, o_layout, p_layout,
-                FMA, PINGPONG, WG, kv_base, q_empty, n_blocks, EARLY_Q)
+                FMA, PINGPONG, WG, kv_base, q_empty, n_blocks, EARLY_Q, STAMPS, lse_ptr,
+                stamp_base)
         if PINGPONG:
             if n_blocks > 0:
                 _named_bar(11 - WG, True)              # closes the turn of the last P V
@@ -1525,8 +1568,8 @@ def _consumer(q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, vt_ready, vt_emp
         o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < HEAD_DIM, 0)
         gl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
-    if STAMPS:   # the stamps own the tile's first 16 lse entries
-        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 16))
+    if STAMPS:   # the stamps own the tile's first STAMP_ROWS lse entries
+        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + STAMP_ROWS))
         _stamp(lse_ptr, stamp_base, 3, _CLOCK)
     else:
         gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
