@@ -36,7 +36,7 @@ bench() {  # bench NAME CAP_S ARGS...: the forward bench under the cap (--time-b
   fi
 }
 tests() {
-  step gpu_fp8 100 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_fp8.py
+  step gpu_fp8 120 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_fp8.py
 }
 variant() {  # pkt at hdim 256, non-causal and causal, 2k and 8k
   local c; c=$(cap 230)
