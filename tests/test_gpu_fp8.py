@@ -150,7 +150,7 @@ def test_persistent_rows_many_tiles_per_program(first_launch, shape, d, causal):
 
 
 @needs_sm90
-@pytest.mark.parametrize("variant", ["pvx", "pvxc", "pkt"])
+@pytest.mark.parametrize("variant", ["pvx", "pvxc", "pkt", "pkh"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (3, 640, 900, 2, 1),
                                    (2, 1000, 300, 2, 2)],   # causal: tiles with no key block
@@ -159,10 +159,10 @@ def test_expect_signal_forms_bitwise_equal_to_pvr(first_launch, shape, causal, v
     """The session-21 forms (pvxc: hdim 256's rows since device run 97) change only how the
     producer signals V^T ready (pvx) and how the consumers release K / V^T (pvxc): 0-byte
     expects in place of mbarrier.arrive, without the warpgroup barriers membar put around the
-    arrive; pkt (session 24) also moves the producer's K load after the V transpose. The
-    arithmetic is that of pvr (the row before), so the outputs must be bitwise pvr's, on one
-    program per SM and on 2 programs (several tiles each), five times over: a release that came
-    before the stage was read shows as a difference."""
+    arrive; pkt / pkh (session 24) also move the producer's K load after the V transpose (or
+    between its halves). The arithmetic is that of pvr (the row before), so the outputs must be
+    bitwise pvr's, on one program per SM and on 2 programs (several tiles each), five times
+    over: a release that came before the stage was read shows as a difference."""
     from fusedattn.kernels import hopper_fp8_fwd as F
 
     d = 256

@@ -809,22 +809,28 @@ def test_expect_signals_take_membar_barriers_out_of_the_loops():
 
 def test_k_after_vt_reorders_only_the_producer():
     """k_after_vt (session-24 candidate, variant pkt): the producer loads K_{j+1} after V_j's
-    transpose and signal instead of before, so the transpose no longer waits for the consumers'
+    transpose and signal instead of before (k_mid_vt, variant pkh: between its two halves), so the transpose no longer waits for the consumers'
     release of K_{j-1}. The same products, copies, transposes and signals as the row, no new
     spills, and refused where there is no early_q loop of the one-warpgroup producer."""
-    row, pkt = _run_reports([(256, True, None), (256, True, "pkt")])
+    row, pkt, pkh = _run_reports([(256, True, None), (256, True, "pkt"), (256, True, "pkh")])
     assert pkt["config"]["k_after_vt"] and not row["config"]["k_after_vt"]
-    a, b = row["ptx_counts"], pkt["ptx_counts"]
-    for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
-                "mbarrier.arrive.expect_tx", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"):
-        assert a[key] == b[key], key
-    assert pkt["spill_stores"] <= row["spill_stores"]
-    assert pkt["local_in_inner_loops"] == 0
-    assert F._ldsm_bits(F.variant_config("pkt", 256, True)) & 8
-    assert not F._ldsm_bits(F.get_config(256, True)) & 8
+    assert pkh["config"]["k_mid_vt"] and not pkt["config"]["k_mid_vt"]
+    a = row["ptx_counts"]
+    for r in (pkt, pkh):
+        for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
+                    "mbarrier.arrive.expect_tx", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"):
+            assert r["ptx_counts"][key] == a[key], key
+        assert r["spill_stores"] <= row["spill_stores"]
+        assert r["local_in_inner_loops"] == 0
+    assert F._ldsm_bits(F.variant_config("pkt", 256, True)) & 24 == 8
+    assert F._ldsm_bits(F.variant_config("pkh", 256, True)) & 24 == 24
+    assert not F._ldsm_bits(F.get_config(256, True)) & 24
     for bad in (dict(early_q=False), dict(split_producer=True)):
         with pytest.raises(ValueError, match="k_after_vt"):
             F._constexprs(256, True, replace(F.variant_config("pkt", 256, True), **bad))
+    for bad in (dict(k_after_vt=False), dict(diag_no_transpose=True)):
+        with pytest.raises(ValueError, match="k_mid_vt"):
+            F._constexprs(256, True, replace(F.variant_config("pkh", 256, True), **bad))
 
 
 def test_timing_diagnostic_is_refused_without_its_flag():

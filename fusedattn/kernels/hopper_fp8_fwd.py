@@ -230,13 +230,17 @@ class Fp8FwdConfig:
                                     # warpgroup right after its wgmma wait; FA3 releases V with
                                     # all 256 threads). Kernel SOFTMAX_FMA bit 3
 
-    # --- session-24 candidate (RESULTS.md runs 96-97), off until measured on a GPU ---
+    # --- session-24 candidates (RESULTS.md runs 96-97), off until measured on a GPU ---
     k_after_vt: bool = False        # with early_q, the one-warpgroup producer: in the key-block
                                     # loop, K_{j+1} is loaded after V_j's transpose and signal, not
                                     # before it. The K load waits for both consumer warpgroups'
                                     # release of K_{j-1} (their QK^T_{j-1}), so the transpose of
                                     # V_j started only after it; run 96's no-transpose row was
                                     # 16-22% faster at hdim 256 (kernel LDSM_T bit 3)
+    k_mid_vt: bool = False          # with k_after_vt: K_{j+1} loaded between the two halves of
+                                    # V_j's transpose (its column chunks), not after it, in case
+                                    # K's copy latency surfaces before QK^T_{j+1} once it leaves
+                                    # after the whole transpose (kernel LDSM_T bit 4)
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -596,6 +600,9 @@ VARIANTS = {
     # session 24: the row (pvxc) with K_{j+1} loaded after V_j's transpose (k_after_vt), so the
     # transpose no longer waits for the consumers' release of K_{j-1}. Not yet run on a GPU
     "pkt": (dict(_PERSISTENT_RING, **_EXPECTS, k_after_vt=True), (256,)),
+    # the same with K_{j+1} between the transpose's halves (k_mid_vt): in case pkt's K load,
+    # now after the whole transpose, surfaces as a wait for K_{j+1}. Not yet run on a GPU
+    "pkh": (dict(_PERSISTENT_RING, **_EXPECTS, k_after_vt=True, k_mid_vt=True), (256,)),
     # the same O path on hdim 128's causal row in place of o_half (no buffer of its own, both
     # warpgroups' stores at once, no turns; V_0 of the next tile waits for them). Device run 85:
     # +2.0% at 2k and 8k, the (128, True, 256) row since; oh256c, the previous row, timed beside it
@@ -866,12 +873,14 @@ def _stamp(lse_ptr, base, SLOT: gl.constexpr, ASM: gl.constexpr, T: gl.constexpr
 
 @gluon.jit
 def _transpose_block(vs_smem, vt_smem, vs, s, NKC: gl.constexpr, NCH: gl.constexpr,
-                     LDSM_T: gl.constexpr):
+                     LDSM_T: gl.constexpr, C0: gl.constexpr = 0, C1: gl.constexpr = -1):
     """One key block's V: staging slot vs (NKC x NCH boxes of 128 keys x 64 columns) -> V^T
-    stage s (NKC tiles of HEAD_DIM x 128 keys), 64 columns at a time, by this partition's warps."""
+    stage s (NKC tiles of HEAD_DIM x 128 keys), 64 columns at a time, by this partition's warps
+    (columns chunks C0 .. C1 - 1 of each box only, if given: k_mid_vt)."""
+    CE: gl.constexpr = NCH if C1 < 0 else C1
     for kc in gl.static_range(NKC):
         vt = vt_smem.index(s * NKC + kc)
-        for c in gl.static_range(NCH):
+        for c in gl.static_range(C0, CE):
             src = vs_smem.index((vs * NKC + kc) * NCH + c).reshape([128, 64])
             if LDSM_T:   # 3: v_perm
                 _transpose_v_ldsm(src, vt.slice(c * 64, 64, dim=0), LDSM_T == 3)
@@ -996,7 +1005,18 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
             if j == STAMP_BLOCK:
                 _stamp(lse_ptr, stamp_base, 9, _CLOCK)
         if LDSM_T & 3 != 2:   # 2: the timing diagnostic diag_no_transpose (no transpose at all)
-            _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3)
+            if LDSM_T & 16:   # k_mid_vt (with k_after_vt, EARLY_Q): K_{j+1} between the halves
+                _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3, 0, NCH // 2)
+                if j > 0:
+                    if jn < n_blocks:
+                        _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N,
+                                kv_base + jn, NUM_STAGES)
+                if STAMPS:
+                    if j == STAMP_BLOCK:
+                        _stamp(lse_ptr, stamp_base, 11, _CLOCK)
+                _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3, NCH // 2, NCH)
+            else:
+                _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3)
         fence_async_shared()   # the generic-proxy stores become visible to wgmma (async proxy)
         gl.thread_barrier()    # all 128 producer threads have stored and fenced (and read vs)
         _signal(vt_ready.index(s), LDSM_T & 4)   # bit 2: vt_signal_expect
@@ -1006,7 +1026,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
             if j == STAMP_BLOCK:
                 _stamp(lse_ptr, stamp_base, 10, _CLOCK)
         if EARLY_Q:   # (k_after_vt needs early_q: without it _load_next above loaded K_{j+1})
-            if LDSM_T & 8:   # k_after_vt: K_{j+1}, once K_{j-1}'s stage is released
+            if LDSM_T & 24 == 8:   # k_after_vt: K_{j+1}, once K_{j-1}'s stage is released
                 if j > 0:
                     if jn < n_blocks:
                         _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N,
@@ -2238,6 +2258,9 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.k_after_vt and not (cfg.early_q and not cfg.split_producer):
         raise ValueError("k_after_vt reorders the one-warpgroup producer's early_q loop: it needs "
                          "early_q=True and split_producer=False")
+    if cfg.k_mid_vt and not (cfg.k_after_vt and not cfg.diag_no_transpose):
+        raise ValueError("k_mid_vt splits the transpose of k_after_vt's loop: it needs "
+                         "k_after_vt=True and diag_no_transpose=False")
     if cfg.early_q and (not cfg.persistent or cfg.overlap):
         raise ValueError("early_q is for the persistent loop block by block (persistent=True, "
                          "overlap=False)")
@@ -2289,10 +2312,12 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
 
 def _ldsm_bits(cfg: Fp8FwdConfig):
     """The kernel's LDSM_T: 1 the ldmatrix transpose, 2 diag_no_transpose, 3 with v_perm; bit 2
-    vt_signal_expect, bit 3 k_after_vt (the rows without them keep their earlier value)."""
+    vt_signal_expect, bit 3 k_after_vt, bit 4 k_mid_vt (the rows without them keep their earlier
+    value)."""
     t = 2 if cfg.diag_no_transpose else (3 if cfg.v_perm else cfg.ldsm_transpose)
     t = int(t) | 4 if cfg.vt_signal_expect else t
-    return int(t) | 8 if cfg.k_after_vt else t
+    t = int(t) | 8 if cfg.k_after_vt else t
+    return int(t) | 16 if cfg.k_mid_vt else t
 
 
 def _fma_bits(cfg: Fp8FwdConfig):
