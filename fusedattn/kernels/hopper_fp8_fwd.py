@@ -872,6 +872,14 @@ def _stamp(lse_ptr, base, SLOT: gl.constexpr, ASM: gl.constexpr, T: gl.constexpr
 
 
 @gluon.jit
+def _block_stamp(lse_ptr, base, j, SLOT: gl.constexpr, STAMPS: gl.constexpr):
+    """diag_stamps: the SM clock in slot SLOT while key block j is block STAMP_BLOCK."""
+    if STAMPS:
+        if j == STAMP_BLOCK:
+            _stamp(lse_ptr, base, SLOT, _CLOCK)
+
+
+@gluon.jit
 def _transpose_block(vs_smem, vt_smem, vs, s, NKC: gl.constexpr, NCH: gl.constexpr,
                      LDSM_T: gl.constexpr, C0: gl.constexpr = 0, C1: gl.constexpr = -1):
     """One key block's V: staging slot vs (NKC x NCH boxes of 128 keys x 64 columns) -> V^T
@@ -909,6 +917,20 @@ def _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, n0, g, NUM_STAGES: gl.cons
     mbarrier.wait(k_empty.index(sn), ((g // NUM_STAGES) & 1) ^ 1)
     mbarrier.expect(k_ready.index(sn), k_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [b, n0, kvh, 0], k_ready.index(sn), k_smem.index(sn))
+
+
+@gluon.jit
+def _load_k_late(k_desc, k_smem, k_ready, k_empty, b, kvh, j, n_blocks, kv_base,
+                 BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, lse_ptr, stamp_base,
+                 STAMPS: gl.constexpr):
+    # k_after_vt / k_mid_vt: K_{j+1}, once K_{j-1}'s stage is released, issued from inside or
+    # after V_j's transpose (K_1 comes with j == 0's _load_next); stamp slot 11 when it left
+    jn = j + 1
+    if j > 0:
+        if jn < n_blocks:
+            _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N, kv_base + jn,
+                    NUM_STAGES)
+    _block_stamp(lse_ptr, stamp_base, j, 11, STAMPS)
 
 
 @gluon.jit
@@ -994,26 +1016,17 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         g = kv_base + j
         vs = g % V_STAGES
         s = g % NUM_STAGES
-        if STAMPS:
-            if j == STAMP_BLOCK:
-                if LDSM_T & 8 == 0:   # K_{j+1} was issued above (_load_next)
-                    _stamp(lse_ptr, stamp_base, 11, _CLOCK)
-                _stamp(lse_ptr, stamp_base, 8, _CLOCK)
+        if LDSM_T & 8 == 0:   # K_{j+1} was issued above (_load_next)
+            _block_stamp(lse_ptr, stamp_base, j, 11, STAMPS)
+        _block_stamp(lse_ptr, stamp_base, j, 8, STAMPS)
         mbarrier.wait(vs_ready.index(vs), (g // V_STAGES) & 1)
         mbarrier.wait(vt_empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
-        if STAMPS:
-            if j == STAMP_BLOCK:
-                _stamp(lse_ptr, stamp_base, 9, _CLOCK)
+        _block_stamp(lse_ptr, stamp_base, j, 9, STAMPS)
         if LDSM_T & 3 != 2:   # 2: the timing diagnostic diag_no_transpose (no transpose at all)
             if LDSM_T & 16:   # k_mid_vt (with k_after_vt, EARLY_Q): K_{j+1} between the halves
                 _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3, 0, NCH // 2)
-                if j > 0:
-                    if jn < n_blocks:
-                        _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N,
-                                kv_base + jn, NUM_STAGES)
-                if STAMPS:
-                    if j == STAMP_BLOCK:
-                        _stamp(lse_ptr, stamp_base, 11, _CLOCK)
+                _load_k_late(k_desc, k_smem, k_ready, k_empty, b, kvh, j, n_blocks, kv_base,
+                             BLOCK_N, NUM_STAGES, lse_ptr, stamp_base, STAMPS)
                 _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3, NCH // 2, NCH)
             else:
                 _transpose_block(vs_smem, vt_smem, vs, s, NKC, NCH, LDSM_T & 3)
@@ -1023,17 +1036,11 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, vs_smem, vt_smem,
         if STAMPS:
             if j == 0:
                 _stamp(lse_ptr, stamp_base, 5, _CLOCK)
-            if j == STAMP_BLOCK:
-                _stamp(lse_ptr, stamp_base, 10, _CLOCK)
+        _block_stamp(lse_ptr, stamp_base, j, 10, STAMPS)
         if EARLY_Q:   # (k_after_vt needs early_q: without it _load_next above loaded K_{j+1})
             if LDSM_T & 24 == 8:   # k_after_vt: K_{j+1}, once K_{j-1}'s stage is released
-                if j > 0:
-                    if jn < n_blocks:
-                        _load_k(k_desc, k_smem, k_ready, k_empty, b, kvh, jn * BLOCK_N,
-                                kv_base + jn, NUM_STAGES)
-                if STAMPS:
-                    if j == STAMP_BLOCK:
-                        _stamp(lse_ptr, stamp_base, 11, _CLOCK)
+                _load_k_late(k_desc, k_smem, k_ready, k_empty, b, kvh, j, n_blocks, kv_base,
+                             BLOCK_N, NUM_STAGES, lse_ptr, stamp_base, STAMPS)
         if EARLY_Q:
             # V_0's transpose waited on nothing of the previous tile's last block; Q and K_1
             # wait for its last QK^T (q_empty, K_1's stage), V_1 for nothing (under o_ring V_0
@@ -1274,13 +1281,9 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     ph = ((kv_base + j) // NUM_STAGES) & 1
     k_sc = gl.load(ks_ptr + kv_sc + j)
     v_j = gl.load(vs_ptr + kv_sc + j)
-    if STAMPS:
-        if j == STAMP_BLOCK:
-            _stamp(lse_ptr, stamp_base, 12, _CLOCK)
+    _block_stamp(lse_ptr, stamp_base, j, 12, STAMPS)
     mbarrier.wait(k_ready.index(s), ph)
-    if STAMPS:
-        if j == STAMP_BLOCK:
-            _stamp(lse_ptr, stamp_base, 13, _CLOCK)
+    _block_stamp(lse_ptr, stamp_base, j, 13, STAMPS)
     k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     if PINGPONG:
         if j == 0:
@@ -1302,18 +1305,12 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
     if NKC == 1:
         p_op = gl.convert_layout(_key_perm(p.to(q.dtype), M_WG, 0, 1), p_layout,
                                  assert_trivial=True)
-        if STAMPS:
-            if j == STAMP_BLOCK:
-                _stamp(lse_ptr, stamp_base, 14, _CLOCK)
+        _block_stamp(lse_ptr, stamp_base, j, 14, STAMPS)
         mbarrier.wait(vt_ready.index(s), ph)
-        if STAMPS:
-            if j == STAMP_BLOCK:
-                _stamp(lse_ptr, stamp_base, 15, _CLOCK)
+        _block_stamp(lse_ptr, stamp_base, j, 15, STAMPS)
         if PINGPONG:
             _named_bar(10 + WG, False)
-        if STAMPS:
-            if j == STAMP_BLOCK:
-                _stamp(lse_ptr, stamp_base, 16, _CLOCK)
+        _block_stamp(lse_ptr, stamp_base, j, 16, STAMPS)
         v = vt_smem.index(s).permute((1, 0))
         o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
     else:
@@ -1332,9 +1329,7 @@ def _block_serial(q, k_smem, vt_smem, k_ready, k_empty, vt_ready, vt_empty, ks_p
         o_tok = warpgroup_mma(p_op1, vt_smem.index(2 * s + 1).permute((1, 0)), o_tok,
                               is_async=True)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
-    if STAMPS:
-        if j == STAMP_BLOCK:
-            _stamp(lse_ptr, stamp_base, 17, _CLOCK)
+    _block_stamp(lse_ptr, stamp_base, j, 17, STAMPS)
     _signal(vt_empty.index(s), FMA & 8)            # V^T_j read (bit 3: release_expect)
     return acc, m_i, l_i, v_j
 
