@@ -27,7 +27,7 @@ if [ "${QUANT:-0}" = 1 ]; then
     -k "gluon or kernel_matches or chunked or per_tensor or public_paths or tiny or nonfinite or division or grid_limit"
   step quant_speed 90 python3 scripts/quant_speed.py "$out/quant"
 fi
-step dev "${DEV_CAP:-240}" python3 scripts/hopper_fp8_dev.py "$out/dev" --budget $(( ${DEV_CAP:-240} - 30 ))
+step dev "${DEV_CAP:-240}" env FP8_DEV_VARIANTS="$var" python3 scripts/hopper_fp8_dev.py "$out/dev" --budget $(( ${DEV_CAP:-240} - 30 ))
 ok=1
 for v1 in ${var//,/ }; do
   if ! grep -q "\"variant\": \"$v1\"" "$out/dev/check.jsonl" 2>/dev/null; then ok=0; fi

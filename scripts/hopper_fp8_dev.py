@@ -80,7 +80,10 @@ def _variants(d):
     from fusedattn.kernels import hopper_fp8_fwd as F0
     if d not in BENCH_DIMS:
         return []
-    return [(n, o) for n, (o, dims) in F0.VARIANTS.items() if d in dims]
+    only = os.environ.get("FP8_DEV_VARIANTS")   # device_fp8_variant.sh: its candidates alone
+    keep = set(only.split(",")) if only else None
+    return [(n, o) for n, (o, dims) in F0.VARIANTS.items()
+            if d in dims and (keep is None or n in keep)]
 
 
 # ------------------------------------------------------------------------------------------

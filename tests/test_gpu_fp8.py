@@ -150,31 +150,39 @@ def test_persistent_rows_many_tiles_per_program(first_launch, shape, d, causal):
 
 
 @needs_sm90
-@pytest.mark.parametrize("variant", ["pvx", "pvxc", "pkt", "pkh"])
+@pytest.mark.parametrize("d,variant", [(256, "pvx"), (256, "pvxc"), (256, "pkt"), (256, "pkh"),
+                                       (128, "pxc"), (128, "pkt")],
+                         ids=lambda x: str(x))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (3, 640, 900, 2, 1),
                                    (2, 1000, 300, 2, 2)],   # causal: tiles with no key block
                          ids=lambda s: "b{}_q{}_k{}_h{}_hk{}".format(*s))
-def test_expect_signal_forms_bitwise_equal_to_pvr(first_launch, shape, causal, variant):
+def test_expect_signal_forms_bitwise_equal_to_pvr(first_launch, shape, causal, d, variant):
     """The session-21 forms (pvxc: hdim 256's rows since device run 97) change only how the
     producer signals V^T ready (pvx) and how the consumers release K / V^T (pvxc): 0-byte
     expects in place of mbarrier.arrive, without the warpgroup barriers membar put around the
     arrive; pkt / pkh (session 24) also move the producer's K load after the V transpose (or
     between its halves). The arithmetic is that of pvr (the row before), so the outputs must be
     bitwise pvr's, on one program per SM and on 2 programs (several tiles each), five times
-    over: a release that came before the stage was read shows as a difference."""
+    over: a release that came before the stage was read shows as a difference. At head_dim 128
+    (session 25) the same switches on the 256-key rows (pxc256n / pkt256c ...) against the rows
+    they modify (or256n / or256c)."""
     from fusedattn.kernels import hopper_fp8_fwd as F
 
-    d = 256
     _require(first_launch, d)
-    row = F.variant_config("pvr", d, causal)
+    if d == 256:
+        row_name, block = "pvr", 128
+    else:
+        suffix = "256c" if causal else "256n"
+        row_name, variant, block = "or" + suffix, variant + suffix, 256
+    row = F.variant_config(row_name, d, causal)
     cfg = F.variant_config(variant, d, causal)
     assert row != cfg
     b, sq, sk, h, hk = shape
     q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + causal)
     qq = quantize_fp8(q, role="q", rotate=True, seed=5)
-    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=128)
-    vq = quantize_fp8(v, role="v", block_size=128)
+    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=block)
+    vq = quantize_fp8(v, role="v", block_size=block)
     scale = d ** -0.5
     for programs in (None, 2):
         ref, ref_lse = F.forward(qq, kq, vq, causal, scale, config=row, _programs=programs)

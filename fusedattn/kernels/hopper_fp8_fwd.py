@@ -624,6 +624,13 @@ VARIANTS = {
                 "causal_mask_only": True, "persistent": True, "early_q": True,
                 "sched_table": True, "mask_split": True, "o_tma": False}, ()),
 }
+# session 25: the hdim 256 candidates on hdim 128's 256-key rows (or256n / or256c, the table's
+# (128, *, 256) rows): the 0-byte-expect signals and releases (pvxc's switches), then with K_{j+1}
+# after V_j's transpose (pkt's). Not yet run on a GPU
+for _name, _base in (("256n", "or256n"), ("256c", "or256c")):
+    VARIANTS["pxc" + _name] = (dict(VARIANTS[_base][0], **_EXPECTS), (128,))
+    VARIANTS["pkt" + _name] = (dict(VARIANTS[_base][0], **_EXPECTS, k_after_vt=True), (128,))
+del _name, _base
 
 
 def kv_block_error(head_dim: int, causal: bool, kv_block: int, name: str = "kq") -> str | None:
