@@ -60,11 +60,16 @@ MOCK = os.environ.get("FP8_DEV_MOCK") == "1"
 DEV = "cpu" if MOCK else "cuda"
 
 CHECK_ORDER = (128, 256, 64)
+# device_fp8_variant.sh: only the cells' head dims (FP8_DEV_DIMS="256"), and no bench of its own
+# (FP8_DEV_NO_BENCH=1: the phases and rounds steps time the candidates)
+if os.environ.get("FP8_DEV_DIMS"):
+    CHECK_ORDER = tuple(int(x) for x in os.environ["FP8_DEV_DIMS"].split(","))
+NO_BENCH = os.environ.get("FP8_DEV_NO_BENCH") == "1"
 # The kernel's integer arguments are no longer specialised, so the check cases of one head_dim share
 # 2-3 kernels, all compiled by the precompile stage beforehand (run 5: one 3-6 s compile per case).
 CHECK_TIMEOUT = {128: 75, 256: 45, 64: 25}  # session 5: 5 / 3 / 2 candidates checked
 PRECOMPILE_TIMEOUT = 70
-BENCH_RESERVE = 90                            # seconds kept for the bench stage
+BENCH_RESERVE = 0 if NO_BENCH else 90         # seconds kept for the bench stage
 VARIANT_CHECK_CASES = ("tails+GQA", "tails+GQA causal", "MQA 33 blocks causal")
 # quantiser launch shapes timed beside the first run's (rows per chunk, num_warps): see
 # fusedattn/kernels/fp8_quant.py (CHUNK) and benchmarks/fp8_log.md
@@ -96,9 +101,10 @@ def precompile_tasks():
         for causal in (False, True):
             tasks.append((d, causal, None, "bf16"))
             tasks += [(d, causal, n, "bf16") for n, _ in _variants(d)]
-    tasks.append((128, True, None, "fp16"))     # the check's "q blk 64, no rot, fp16" case
+    if 128 in CHECK_ORDER:
+        tasks.append((128, True, None, "fp16"))  # the check's "q blk 64, no rot, fp16" case
     # the quantiser's kernels timed by the bench: (head_dim, "quant", chunk, num_warps)
-    for d in BENCH_DIMS:
+    for d in () if NO_BENCH else BENCH_DIMS:
         tasks += [(d, "quant", 0, None)] + [(d, "quant", ch, nw) for ch, nw in QUANT_VARIANTS]
     return tasks
 
@@ -705,7 +711,7 @@ def main():
     # compile everything first, in parallel (a failure here only costs time: each stage compiles
     # what is missing itself)
     status["precompile"] = _run_stage(a.out, "precompile", ["--stage", "precompile"],
-                                      min(PRECOMPILE_TIMEOUT, max(10, a.budget - 120)))
+                                      min(PRECOMPILE_TIMEOUT, max(10, a.budget - BENCH_RESERVE - 30)))
     for d in CHECK_ORDER:
         left = a.budget - (time.time() - t0) - BENCH_RESERVE
         share = min(CHECK_TIMEOUT[d], left)
@@ -729,7 +735,9 @@ def main():
                 status["check128-serial"] = _run_stage(
                     a.out, "check128-serial", ["--stage", "check", "--hdim", "128", "--serial"], share)
     left = a.budget - (time.time() - t0) - 3
-    if bench_dims and left >= 20:
+    if NO_BENCH:
+        status["bench"] = "skipped (FP8_DEV_NO_BENCH)"
+    elif bench_dims and left >= 20:
         args = ["--stage", "bench", "--deadline", str(time.time() + left)]
         for d in bench_dims:
             args += ["--hdim", str(d)]
