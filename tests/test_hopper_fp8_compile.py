@@ -17,6 +17,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -102,6 +103,8 @@ for d, causal, variant in json.loads(sys.argv[1]):
     r["loop_prmt"] = steady_loop_prmt(sass) if cfg.overlap else None
     r["stg_o"] = len(re.findall(r"\bSTG\.E\.U16\b", sass))   # O's pointer stores (CPU form)
     r["named_bar_10_11"] = len(re.findall(r"bar\.(?:sync|arrive) 1[01], 256", ptx))
+    r["ptx_ex2"] = len(re.findall(r"\bex2\.approx", ptx))
+    r["sass_mufu_ex2"] = len(re.findall(r"\bMUFU\.EX2\b", sass))
     # the layouts of the V^T stores (64 head-dim rows x 32 words of 4 keys): lane bases
     ttgir = k.asm["ttgir"]
     defs = dict(re.findall(r"^(#linear\d+) = #ttg\.linear<\{(.*)\}>", ttgir, re.M))
@@ -831,6 +834,100 @@ def test_k_after_vt_reorders_only_the_producer():
     for bad in (dict(k_after_vt=False), dict(diag_no_transpose=True)):
         with pytest.raises(ValueError, match="k_mid_vt"):
             F._constexprs(256, True, replace(F.variant_config("pkh", 256, True), **bad))
+
+
+def _run_exp2_poly_asm(x, pack, degree=2):
+    """_exp2_mix_asm's PTX for one group of `pack` elements, executed op by op in numpy float32
+    (fma through float64: exact product, one rounding of the sum short of a true fma)."""
+    asm = F._exp2_mix_asm(pack, degree)
+    regs = {f"${i}": None for i in range(2 * pack)}
+    for i, v in enumerate(x):
+        regs[f"${pack + i}"] = np.float32(v)
+    f32 = lambda b: np.uint32(b).view(np.float32)  # noqa: E731
+    bits = lambda v: np.float32(v).view(np.uint32)  # noqa: E731
+
+    def val(tok):
+        tok = tok.strip()
+        if tok.startswith("0f"):
+            return f32(int(tok[2:], 16))
+        return regs[tok] if tok.startswith("$") else (regs[tok] if tok in regs else np.uint32(int(tok)))
+    for line in asm.splitlines():
+        line = line.strip().rstrip(";")
+        if not line or line in "{}" or line.startswith(".reg"):
+            continue
+        op, rest = line.split(None, 1)
+        a = [t.strip() for t in rest.split(",")]
+        with np.errstate(all="ignore"):
+            if op == "ex2.approx.ftz.f32":
+                r = np.float32(np.exp2(np.float64(val(a[1]))))
+            elif op == "max.f32":   # PTX max: the non-NaN operand if one is NaN
+                u, w = val(a[1]), val(a[2])
+                r = w if np.isnan(u) else (u if np.isnan(w) else np.float32(max(u, w)))
+            elif op == "add.rn.f32":
+                r = np.float32(val(a[1]) + val(a[2]))
+            elif op == "sub.rn.f32":
+                r = np.float32(val(a[1]) - val(a[2]))
+            elif op == "fma.rn.f32":
+                r = np.float32(np.float64(val(a[1])) * np.float64(val(a[2])) + np.float64(val(a[3])))
+            elif op == "shl.b32":
+                r = f32(np.uint32((int(bits(val(a[1]))) << int(a[2])) & 0xFFFFFFFF))
+            elif op == "add.s32":
+                r = f32(np.uint32((int(bits(val(a[1]))) + int(bits(val(a[2])))) & 0xFFFFFFFF))
+            else:
+                raise AssertionError(f"op {op} not modelled")
+        regs[a[0]] = np.float32(r)
+    return [regs[f"${i}"] for i in range(pack)]
+
+
+@pytest.mark.parametrize("degree,bound", [(2, 2.0e-3), (3, 1.05e-4)])
+def test_exp2_poly_asm_values(degree, bound):
+    """exp_poly's PTX (session-25 candidate): one element of each group through the polynomial
+    (degree 2 in the FP8 kernel, 3 in the 16-bit one), the others through ex2. Relative error
+    at most the fit's over the softmax's range (-126 <= x <= 8; FP8's P is in [0, 256]), exact
+    at integers (2**8 = 256, FP8's largest P), +0 for x <= -127, -inf and NaN (masked scores)."""
+    rng = np.random.default_rng(degree)
+    for pack in (2, 4, 8):
+        xs = np.concatenate([rng.uniform(-30, 8, 3000), np.arange(-20, 9), [-125.5, -126.0]])
+        for x in xs:
+            out = _run_exp2_poly_asm([np.float32(x)] * pack, pack, degree)
+            want = np.exp2(np.float64(np.float32(x)))
+            for y in out[:-1]:      # the MUFU elements
+                assert abs(y / want - 1) < 1e-6
+            assert abs(np.float64(out[-1]) / want - 1) <= bound, (pack, x, out[-1], want)
+        for x in range(-126, 9):
+            assert _run_exp2_poly_asm([np.float32(x)] * pack, pack, degree)[-1] == 2.0 ** x
+        for x in (-127.0, -1000.0, -np.inf, np.nan, -3.0e38):
+            y = _run_exp2_poly_asm([np.float32(x)] * pack, pack, degree)[-1]
+            assert y == 0 and not np.signbit(y), (x, y)
+        # between -127 and -126 the exponent field underflows: a subnormal of the wrong value,
+        # below 2**-126 as ex2.ftz's 0 is (no P or row sum can tell them apart)
+        for x in (-126.9, -126.5, -126.1):
+            y = _run_exp2_poly_asm([np.float32(x)] * pack, pack, degree)[-1]
+            assert 0 <= y < 2.0 ** -126, (x, y)
+
+
+def test_exp_poly_moves_one_score_in_k_off_mufu():
+    """exp_poly k (variants ep2 / ep4 / ep8, session 25): per softmax site 64 / k of the 64
+    exp2 per thread leave MUFU.EX2 (PTX and SASS); the same products, copies, transposes and
+    signals as the row, no new spills, no wgmma serialised; bad values refused."""
+    row, ep4, ep8 = _run_reports([(256, False, None), (256, False, "ep4"), (256, False, "ep8")])
+    assert ep4["config"]["exp_poly"] == 4 and row["config"]["exp_poly"] == 0
+    sites = (row["ptx_ex2"] - ep4["ptx_ex2"]) // 16
+    assert sites >= 2 and row["ptx_ex2"] - ep4["ptx_ex2"] == 16 * sites
+    assert row["ptx_ex2"] - ep8["ptx_ex2"] == 8 * sites
+    assert row["sass_mufu_ex2"] - ep4["sass_mufu_ex2"] == 16 * sites
+    a = row["ptx_counts"]
+    for r in (ep4, ep8):
+        for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
+                    "mbarrier.arrive.expect_tx", "cvt.rn.satfinite.e4m3x2.f32"):
+            assert r["ptx_counts"][key] == a[key], key
+        assert r["spill_stores"] <= row["spill_stores"]
+        assert r["local_in_inner_loops"] == 0
+        assert not r["wgmma_serialized"]
+    assert F._fma_bits(F.variant_config("ep4", 256, False)) >> 4 == 2
+    assert F._fma_bits(F.get_config(256, False)) >> 4 == 0
+    with pytest.raises(ValueError, match="exp_poly"):
+        F._constexprs(256, False, replace(F.get_config(256, False), exp_poly=3))
 
 
 def test_timing_diagnostic_is_refused_without_its_flag():

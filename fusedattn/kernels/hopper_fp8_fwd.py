@@ -242,6 +242,16 @@ class Fp8FwdConfig:
                                     # K's copy latency surfaces before QK^T_{j+1} once it leaves
                                     # after the whole transpose (kernel LDSM_T bit 4)
 
+    # --- session-25 candidate (RESULTS.md runs 98-100), off until measured on a GPU ---
+    exp_poly: int = 0               # 0, 2, 4 or 8: one score in exp_poly takes its exp2 on the
+                                    # FMA pipe (a degree-2 polynomial, _EXP2_MIX) instead of
+                                    # MUFU.EX2. Run 99's stamps: the consumer's QK^T + softmax is
+                                    # ~1770 of the ~3500 cycles of hdim 256's per-block chain,
+                                    # with no wait on the producer or the other warpgroup; its
+                                    # 64 MUFU.EX2 per thread and block occupy the sub-partition's
+                                    # MUFU pipe ~512 cycles (4 lanes per clock). Kernel
+                                    # SOFTMAX_FMA bits 4-5
+
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
         return 4
@@ -624,12 +634,18 @@ VARIANTS = {
                 "causal_mask_only": True, "persistent": True, "early_q": True,
                 "sched_table": True, "mask_split": True, "o_tma": False}, ()),
 }
+# session 25: one score in 2 / 4 / 8 takes its exp2 on the FMA pipe (exp_poly), on hdim 256's
+# rows (pvxc) and hdim 128's 256-key rows (or256n / or256c, below). Not yet run on a GPU
+VARIANTS["ep2"] = (dict(_PERSISTENT_RING, **_EXPECTS, exp_poly=2), (256,))
+VARIANTS["ep4"] = (dict(_PERSISTENT_RING, **_EXPECTS, exp_poly=4), (256,))
+VARIANTS["ep8"] = (dict(_PERSISTENT_RING, **_EXPECTS, exp_poly=8), (256,))
 # session 25: the hdim 256 candidates on hdim 128's 256-key rows (or256n / or256c, the table's
 # (128, *, 256) rows): the 0-byte-expect signals and releases (pvxc's switches), then with K_{j+1}
 # after V_j's transpose (pkt's). Not yet run on a GPU
 for _name, _base in (("256n", "or256n"), ("256c", "or256c")):
     VARIANTS["pxc" + _name] = (dict(VARIANTS[_base][0], **_EXPECTS), (128,))
     VARIANTS["pkt" + _name] = (dict(VARIANTS[_base][0], **_EXPECTS, k_after_vt=True), (128,))
+    VARIANTS["ep4_" + _name] = (dict(VARIANTS[_base][0], exp_poly=4), (128,))
 del _name, _base
 
 
@@ -1133,6 +1149,64 @@ def _named_bar(BAR: gl.constexpr, ARRIVE: gl.constexpr):
                                       dtype=gl.int32, is_pure=False, pack=1)
 
 
+# exp2 of one element on the FMA pipe (exp_poly): x clamped to -127, split as j + f with j an
+# integer (the 1.5 * 2**23 rounding trick: j sits in the low mantissa bits of t) and f in
+# [-0.5, 0.5]; 2**f by a polynomial with constant term 1 (relative minimax fits: degree 2
+# (FP8) max error 2.0e-3, below e4m3's half-spacing of 2**-4, mean -2.4e-4; degree 3 (the
+# 16-bit kernel, hopper_fwd) 1.0e-4, below bf16's 2**-9 and fp16's 2**-12 half-spacing), and j
+# added to the exponent field. Exact at integers (2**8 = 256, FP8's largest P); -inf, NaN and
+# x <= -127 give +0 (the clamp, then 1.0's bits + (-127 << 23) wrap to 0); between -127 and
+# -126 a subnormal below 2**-126 (ex2.approx.ftz gives 0 there). ex2.approx.ftz.f32 for the
+# other elements of the group, as gl.exp2 lowers.
+_EXP2_HORNER = {
+    2: ("fma.rn.f32 p, f, 0f3E759EE4, 0f3F33F401;\n",     # c2 0.23986393, c1 0.70294195
+        "fma.rn.f32 p, p, f, 0f3F800000;\n"),
+    3: ("fma.rn.f32 p, f, 0f3D61510C, 0f3E780629;\n",     # c3 0.05500893, c2 0.24221100
+        "fma.rn.f32 p, p, f, 0f3F317AFD;\n",              # c1 0.69328290
+        "fma.rn.f32 p, p, f, 0f3F800000;\n"),
+}
+
+
+def _exp2_mix_asm(pack: int, degree: int = 2) -> str:
+    """Inline PTX for inline_asm_elementwise(pack=pack): $0..$pack-1 = exp2($pack..$2pack-1),
+    the last element of the group through the polynomial of `degree`."""
+    x, y = f"${2 * pack - 1}", f"${pack - 1}"
+    body = "".join(f"ex2.approx.ftz.f32 ${i}, ${pack + i};\n" for i in range(pack - 1))
+    poly = (f"max.f32 f, {x}, 0fC2FE0000;\n"          # -127
+            "add.rn.f32 t, f, 0f4B400000;\n"           # 1.5 * 2**23
+            "sub.rn.f32 j, t, 0f4B400000;\n"
+            "sub.rn.f32 f, f, j;\n"
+            + "".join(_EXP2_HORNER[degree])
+            + "shl.b32 t, t, 23;\n"
+            f"add.s32 {y}, p, t;\n")
+    return "{\n.reg .b32 f, t, j, p;\n" + body + poly + "}"
+
+
+_EXP2_MIX2 = gl.constexpr(_exp2_mix_asm(2))
+_EXP2_MIX4 = gl.constexpr(_exp2_mix_asm(4))
+_EXP2_MIX8 = gl.constexpr(_exp2_mix_asm(8))
+
+
+@gluon.jit
+def _exp2(x, FMA: gl.constexpr):
+    """exp2 of every element (as gl.exp2: MUFU.EX2); with exp_poly (SOFTMAX_FMA bits 4-5), the
+    last of each group of 2 / 4 / 8 elements a thread holds through _EXP2_POLY on the FMA pipe.
+    Which elements are grouped is the layout's choice; the split is the same in every block."""
+    EP: gl.constexpr = (FMA >> 4) & 3
+    if EP == 0:
+        y = gl.exp2(x)
+    elif EP == 1:
+        y = gl.inline_asm_elementwise(_EXP2_MIX2, "=r,=r,r,r", [x], dtype=gl.float32,
+                                      is_pure=True, pack=2)
+    elif EP == 2:
+        y = gl.inline_asm_elementwise(_EXP2_MIX4, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32,
+                                      is_pure=True, pack=4)
+    else:
+        y = gl.inline_asm_elementwise(_EXP2_MIX8, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r",
+                                      [x], dtype=gl.float32, is_pure=True, pack=8)
+    return y
+
+
 @gluon.jit
 def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
                     MASK: gl.constexpr, CAUSAL: gl.constexpr,
@@ -1191,9 +1265,9 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
         m_use = m_new
     # P * 2**8 = exp2(qk - (m - 8)) in [0, 256] (FA3's FP8 trick: the scale is in the exponent)
     if FMA & 1:
-        p = gl.exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)))
+        p = _exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)), FMA)
     else:
-        p = gl.exp2(qk - gl.expand_dims(m_use - 8.0, 1))
+        p = _exp2(qk - gl.expand_dims(m_use - 8.0, 1), FMA)
     alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
@@ -2263,6 +2337,9 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.k_mid_vt and not (cfg.k_after_vt and not cfg.diag_no_transpose):
         raise ValueError("k_mid_vt splits the transpose of k_after_vt's loop: it needs "
                          "k_after_vt=True and diag_no_transpose=False")
+    if cfg.exp_poly not in (0, 2, 4, 8):
+        raise ValueError(f"exp_poly must be 0, 2, 4 or 8 (one score in exp_poly through the "
+                         f"polynomial exp2), got {cfg.exp_poly!r}")
     if cfg.early_q and (not cfg.persistent or cfg.overlap):
         raise ValueError("early_q is for the persistent loop block by block (persistent=True, "
                          "overlap=False)")
@@ -2324,11 +2401,14 @@ def _ldsm_bits(cfg: Fp8FwdConfig):
 
 def _fma_bits(cfg: Fp8FwdConfig):
     """The kernel's SOFTMAX_FMA: bit 0 softmax_fma, bit 1 mask_split, bit 2 v_perm (O's columns
-    put back in the epilogue), bit 3 release_expect; the rows without the later bits keep their
-    earlier value."""
+    put back in the epilogue), bit 3 release_expect, bits 4-5 exp_poly (1: one score in 2, 2: in
+    4, 3: in 8); the rows without the later bits keep their earlier value."""
     bits = (int(cfg.softmax_fma) | 2) if cfg.mask_split else cfg.softmax_fma
     bits = int(bits) | 4 if cfg.v_perm else bits
-    return int(bits) | 8 if cfg.release_expect else bits
+    bits = int(bits) | 8 if cfg.release_expect else bits
+    if cfg.exp_poly:
+        bits = int(bits) | (cfg.exp_poly.bit_length() - 1) << 4
+    return bits
 
 
 def compile_sm90(head_dim: int = 128, causal: bool = False, config: Fp8FwdConfig | None = None,
