@@ -1,20 +1,16 @@
 #!/usr/bin/env bash
 # A session's first device call, in the order of what each step decides, for whichever card comes
-# (session 23 lost its whole device budget to machines that did not start, so the one call that
-# does start has to carry the most important work first). Each step has its own cap under one
-# deadline; full logs under OUT, tarred to OUT.tgz; a short summary and the bars last.
+# (sessions 23-25 lost much of their device budget to machines that did not start, so the one
+# call that does start has to carry the most important work first). Each step has its own cap
+# under one deadline; full logs under OUT, tarred to OUT.tgz; a short summary and the bars last.
 #     bash scripts/device_session.sh OUT [DEADLINE_S (560)]
-# Both branches start with the FP8 GPU tests (hdim 256's rows took pvxc in session 24 from
-# run 97's checks; the whole FP8 grid has not run on it yet, and the bitwise test covers pkt
-# and pkh).
-# On an H200 (the card the issues' bars are counted on):
-#   1. the FP8 bench beside FA3-FP8, hdim 128 / 256, end to end included (issue #5's bar; the
-#      second independent H200 run that RESULTS.md asks for);
-#   2. the candidates pkt and pkh (session 24) through scripts/device_fp8_variant.sh at hdim 256 (checks,
-#      sanitizers on causal cases, clock stamps, rotated rounds);
-#   3. the 16-bit bench beside FA3 and SDPA-cuDNN with the time left (issue #4's bars; shapes
-#      left over are listed for --resume).
-# On any other card: 2., then the FP8 bench with the time left.
+# Session 25's candidate exp_poly (one score in k takes its exp2 on the FMA pipe), on any card:
+#   1. FP8 at hdim 256 (ep4, ep8) through scripts/device_fp8_variant.sh: checks, sanitizers on
+#      causal cases, clock stamps (block 2's softmax section), rotated rounds beside the row;
+#   2. 16-bit at hdim 64 (ep8, ep4) through scripts/device_hopper_phases.sh: checks, stamps,
+#      rotated rounds beside the row, FA3 and cuDNN at the cuDNN bar's weak cells;
+# then on an H200 (the card the issues' bars are counted on) the FP8 bench beside FA3-FP8 with
+# what is left (the 16-bit bench needs a call of its own: scripts/device_bars.sh).
 # FA3's wheel first, as for every side-by-side run (pip install --target /tmp/site .whl/*.whl and
 # /tmp/site on PYTHONPATH).
 set -u
@@ -36,30 +32,27 @@ bench() {  # bench NAME CAP_S ARGS...: the forward bench under the cap (--time-b
     python3 scripts/bench_bars.py "$out/$name/results.json" > "$out/bars-$name.md" 2>&1
   fi
 }
-tests() {
-  # (hdim 128's pxc / pkt bitwise cases, session 25, belong to a later call's candidates)
-  step gpu_fp8 120 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_fp8.py \
-    -k "not (expect_signal and 128-)"
+variant() {  # exp_poly at hdim 256 FP8: non-causal and causal, 2k and 8k
+  local c; c=$(cap 240)
+  if [ "$c" -lt 150 ]; then summary+=("ep fp8: skipped (time)"); return 99; fi
+  step ep8 "$c" env DEV_CAP=110 ROUNDS_CAP=80 SAN_CAUSAL=1 bash scripts/device_fp8_variant.sh \
+    "$out/ep8" ep4,ep8 "256,0,2048;256,0,8192;256,1,2048;256,1,8192" $(( c - 10 ))
 }
-variant() {  # pkt and pkh at hdim 256, non-causal and causal, 2k and 8k
-  local c; c=$(cap 250)
-  if [ "$c" -lt 150 ]; then summary+=("pkt: skipped (time)"); return 99; fi
-  step pkt "$c" env DEV_CAP=100 ROUNDS_CAP=90 SAN_CAUSAL=1 bash scripts/device_fp8_variant.sh \
-    "$out/pkt" pkt,pkh "256,0,2048;256,0,8192;256,1,2048;256,1,8192" $(( c - 10 ))
+variant16() {  # exp_poly at hdim 64 16-bit: the cuDNN bar's misses (1k) and a long cell
+  local c; c=$(cap 220)
+  if [ "$c" -lt 120 ]; then summary+=("ep 16-bit: skipped (time)"); return 99; fi
+  step ep16 "$c" env HP_CELLS="64,0,1024;64,1,1024;64,1,2048;64,0,8192" PRECOMPILE_CAP=90 \
+    PHASES_CAP=110 bash scripts/device_hopper_phases.sh "$out/ep16" "ep8 ep4" $(( c - 5 ))
 }
 
-tests
+variant
+variant16
 if grep -q H200 "$out/smi.txt"; then
-  bench b8 210 --hdims 128,256 --backends hopper-fp8,hopper-e2e-fp8,fa3-fp8
-  variant
-  bench b16 "$(left)" --hdims 64,128,256 --backends hopper,fa3,sdpa-cudnn
-else
-  variant
-  bench b8 "$(left)" --hdims 256,128 --backends hopper-fp8,hopper-e2e-fp8,fa3-fp8
+  bench b8 "$(left)" --hdims 128,256 --backends hopper-fp8,hopper-e2e-fp8,fa3-fp8
 fi
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
-tail -n 3 "$out/gpu_fp8.log" 2>/dev/null
-grep -v '^ *$' "$out/pkt.log" 2>/dev/null | grep -v '^| \(64\|128\) ' | tail -n 45
+grep -v '^ *$' "$out/ep8.log" 2>/dev/null | grep -v '^| \(64\|128\) ' | tail -n 45
+grep -v '^ *$' "$out/ep16.log" 2>/dev/null | tail -n 30
 tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")"
 cat "$out"/bars-*.md 2>/dev/null

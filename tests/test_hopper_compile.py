@@ -128,6 +128,9 @@ CASES = [
     (64, False, {"variant": "qw3"}),
     # session 14 candidate, not yet run on a GPU: per-warpgroup Q with 4 K / V stages
     (64, True, {"variant": "qw4"}),
+    # session 25 candidate, not yet run on a GPU: one score in 8 through the polynomial exp2
+    (64, False, {"variant": "ep8"}),
+    (64, True, {"variant": "ep8"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -231,6 +234,8 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_bar_sync_256"] = len(re.findall(r"bar\\.sync\\s+0, 256;", ptx))
     r["ptx_mbar_arrive"] = len(re.findall(r"mbarrier\\.arrive", ptx))
     r["ptx_mbar_init"] = len(re.findall(r"mbarrier\\.init", ptx))
+    r["sass_mufu_ex2"] = len(re.findall(r"\\bMUFU\\.EX2\\b", sass))
+    r["ptx_ex2"] = len(re.findall(r"\\bex2\\.approx", ptx))
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
     r["_case"] = first + len(out)
@@ -603,6 +608,27 @@ def test_scheduler_needs_persistent():
         H.forward(q, q, q, True, 0.1, config=H.base_config(128, wg_bounds=True, pingpong=True))
     # (v10's Q prefetch with three consumer warpgroups under a causal mask was refused here after
     # device run 17; fixed in run 20 (compile-time Q buffer indices), GPU grid passed in run 21)
+
+
+def test_exp_poly_moves_one_score_in_8_off_mufu(reports):
+    """exp_poly 8 (variant ep8, session 25) on hdim 64's rows: per softmax site 64 / 8 of the
+    64 exp2 per thread leave ex2 / MUFU.EX2 for the polynomial (FFMA up), the same GEMMs, no
+    spills (the generic tests), a new kernel; refused without softmax_fma or with a bad k."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for causal in (False, True):
+        ep, row = by_case[(64, causal, json.dumps({"variant": "ep8"}))], by_case[(64, causal, "{}")]
+        assert ep["config"]["exp_poly"] == 8 and row["config"]["exp_poly"] == 0
+        cut = row["ptx_ex2"] - ep["ptx_ex2"]
+        assert cut > 0 and cut % 8 == 0
+        assert row["sass_mufu_ex2"] - ep["sass_mufu_ex2"] == cut
+        assert ep["sass_ffma"] > row["sass_ffma"]
+        assert ep["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
+        assert ep["sass_sha1"] != row["sass_sha1"]
+    with pytest.raises(ValueError, match="exp_poly"):
+        H._v4_constexprs(H.get_config(64, False, exp_poly=8, softmax_fma=False))
+    with pytest.raises(ValueError, match="exp_poly"):
+        H._v4_constexprs(H.get_config(64, False, exp_poly=3))
 
 
 def test_softmax_fma_uses_ffma(reports):

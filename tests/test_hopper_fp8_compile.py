@@ -682,6 +682,26 @@ def test_o_tma_stores_o_through_the_staging_ring(reports):
             F.compile_sm90(256, False, replace(F.variant_config("vpo", 256, False), **bad))
 
 
+# SASS digests (fusedattn.inspect.sass_digest: the instruction text, register for register) of
+# the FP8 table's preferred rows, the code that passed the FP8 GPU grid in device run 98 (138
+# passed, pvxc in hdim 256's rows; RESULTS.md). A change to a shared helper that moves even the
+# register allocation (session 25: an inlined call around exp2 did) shows here first.
+FP8_ROW_DIGESTS = {
+    (64, False): "0ab2c8aa39fd60a1dfad6ff7b785c1c4337becf3",
+    (64, True): "b1f0796695cd6f621de7be6e65cc669e886fea77",
+    (128, False): "75c0db1d8d8358de6bbf5e2487f8e48142f31e06",
+    (128, True): "2fe286cba2cd630d8a681e87a3c9e482a18ae9ed",
+    (256, False): "115ebbffe94e1d6cff0c68fbd62b3f183ac2b140",
+    (256, True): "6863166a4f2c8231e88b3b5b4d28a393696b98a9",
+}
+
+
+def test_rows_are_the_gpu_verified_code(reports):
+    by = {(r["head_dim"], r["causal"], r["variant"]): r for r in reports}
+    for (d, causal), digest in FP8_ROW_DIGESTS.items():
+        assert by[(d, causal, None)]["sass_sha1"] == digest, (d, causal)
+
+
 def test_o_half_stores_o_through_its_own_buffer_in_turn(reports):
     """o_half (session 16, in the persistent causal rows since device run 81): each consumer
     warpgroup writes its O into one half-tile buffer of its own (M_WG x head_dim x 2 bytes), taken

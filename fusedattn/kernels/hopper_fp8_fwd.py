@@ -1264,8 +1264,14 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
     else:
         m_use = m_new
     # P * 2**8 = exp2(qk - (m - 8)) in [0, 256] (FA3's FP8 trick: the scale is in the exponent)
+    # (_exp2 only with exp_poly: the rows' code stays as compiled before it, register for register)
     if FMA & 1:
-        p = _exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)), FMA)
+        if (FMA >> 4) & 3 == 0:
+            p = gl.exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)))
+        else:
+            p = _exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)), FMA)
+    elif (FMA >> 4) & 3 == 0:
+        p = gl.exp2(qk - gl.expand_dims(m_use - 8.0, 1))
     else:
         p = _exp2(qk - gl.expand_dims(m_use - 8.0, 1), FMA)
     alpha = gl.exp2(m_i - m_use)

@@ -96,7 +96,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 # the timing diagnostic's clock stamps (diag_stamps) are the FP8 kernel's
-from .hopper_fp8_fwd import _CLOCK, _GTIMER, _SMID, _stamp
+from .hopper_fp8_fwd import _CLOCK, _GTIMER, _SMID, _exp2_mix_asm, _stamp
 from . import fast_launch as _fl
 
 LOG2E = 1.4426950408889634
@@ -218,6 +218,13 @@ class FwdConfig:
                                     # starts the next without waiting for the others' last
                                     # QK^T (run 66's stamps: ~1600 cycles per tile left at hdim
                                     # 64 causal 1k after q_release_early)
+    # --- session 25 candidate, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-3) ---
+    exp_poly: int = 0               # 0, 2, 4 or 8: one score in exp_poly takes its exp2 on the
+                                    # FMA pipe (a degree-3 polynomial, hopper_fp8_fwd's
+                                    # _exp2_mix_asm) instead of MUFU.EX2. At hdim 64 each
+                                    # consumer warp's 64 exp2 per key block hold its sub-
+                                    # partition's MUFU pipe ~512 cycles (4 lanes per clock),
+                                    # as long as its QK^T and P V take on the tensor cores
 
     @property
     def num_warps(self) -> int:
@@ -593,13 +600,17 @@ VARIANTS = {
                   "q_release_early": False}, (128, 256)),
     "aw": ({"kv_release_nb": True, "asm_waits": True}, (128, 256)),
     "no_mlim": ({"mask_limit": False, "q_release_early": False}, (64, 128, 256)),
+    # session 25: one score in 4 / 8 takes its exp2 on the FMA pipe (exp_poly), on the shipped
+    # rows. Not yet run on a GPU
+    "ep4": ({"exp_poly": 4}, (64, 128)),
+    "ep8": ({"exp_poly": 8}, (64, 128)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
-            "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw"}
+            "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -751,7 +762,8 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
     FADD. Needs qk_scale > 0 (forward() checks)."""
     if FMA:
         return _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
-                                   MASK, CAUSAL, BLOCK_N, s_layout, FMA == 2)
+                                   MASK, CAUSAL, BLOCK_N, s_layout, (FMA & 3) == 2,
+                                   (FMA >> 2) & 3)
     qk = s_acc * qk_scale
     if MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -771,10 +783,35 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
     return p, alpha, m_new, l_i
 
 
+_EXP2_P3_MIX2 = gl.constexpr(_exp2_mix_asm(2, 3))
+_EXP2_P3_MIX4 = gl.constexpr(_exp2_mix_asm(4, 3))
+_EXP2_P3_MIX8 = gl.constexpr(_exp2_mix_asm(8, 3))
+
+
+@gluon.jit
+def _exp2_poly3(x, EP: gl.constexpr):
+    """exp2 of every element; with exp_poly (EP = log2 of it, kernel SOFTMAX_FMA bits 2-3) the
+    last of each group of 2 / 4 / 8 elements a thread holds through the degree-3 polynomial on
+    the FMA pipe (relative error <= 1.0e-4), the others through MUFU.EX2 as gl.exp2."""
+    if EP == 0:
+        y = gl.exp2(x)
+    elif EP == 1:
+        y = gl.inline_asm_elementwise(_EXP2_P3_MIX2, "=r,=r,r,r", [x], dtype=gl.float32,
+                                      is_pure=True, pack=2)
+    elif EP == 2:
+        y = gl.inline_asm_elementwise(_EXP2_P3_MIX4, "=r,=r,=r,=r,r,r,r,r", [x],
+                                      dtype=gl.float32, is_pure=True, pack=4)
+    else:
+        y = gl.inline_asm_elementwise(_EXP2_P3_MIX8, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r",
+                                      [x], dtype=gl.float32, is_pure=True, pack=8)
+    return y
+
+
 @gluon.jit
 def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                         MASK: gl.constexpr, CAUSAL: gl.constexpr,
-                        BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIM: gl.constexpr = False):
+                        BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIM: gl.constexpr = False,
+                        EP: gl.constexpr = 0):
     # m_i, m_new: row max of the raw (unscaled) scores. LIM (FwdConfig.mask_limit, kernel
     # SOFTMAX_FMA == 2): the mask as FA3 forms it, one limit per row (keys of this block before
     # it are visible) and one compare per score against the column's offset within the block,
@@ -803,7 +840,10 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
     else:
         m_use = m_new
     m_scaled = m_use * qk_scale
-    p = gl.exp2(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)))
+    if EP == 0:   # (the call below only with exp_poly: the rows' code stays as pinned)
+        p = gl.exp2(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)))
+    else:
+        p = _exp2_poly3(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)), EP)
     alpha = gl.exp2(gl.fma(m_i, qk_scale, -m_scaled))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
@@ -2696,11 +2736,26 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
             + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup)
 
 
+def _softmax_fma_value(cfg: FwdConfig):
+    """The kernel's SOFTMAX_FMA with softmax_fma on: True, or 2 with mask_limit; with exp_poly
+    (session 25) bits 2-3 hold log2(exp_poly) over bits 0-1 (1, or 2 with mask_limit). The
+    rows without exp_poly keep their earlier value (and so their compiled kernels)."""
+    if cfg.exp_poly not in (0, 2, 4, 8):
+        raise ValueError(f"exp_poly must be 0, 2, 4 or 8 (one score in exp_poly through the "
+                         f"polynomial exp2), got {cfg.exp_poly!r}")
+    if not cfg.exp_poly:
+        return 2 if cfg.mask_limit else True
+    return (2 if cfg.mask_limit else 1) | (cfg.exp_poly.bit_length() - 1) << 2
+
+
 def _v4_constexprs(cfg: FwdConfig) -> dict:
     """Constexprs of the v4 switches, passed only when they differ from the kernel's defaults."""
     extra = {}
+    if cfg.exp_poly and not cfg.softmax_fma:
+        raise ValueError("exp_poly replaces the exp2 of softmax_fma's form: it needs "
+                         "softmax_fma=True (forward() turns both off for softmax_scale <= 0)")
     if cfg.softmax_fma:
-        extra["SOFTMAX_FMA"] = 2 if cfg.mask_limit else True
+        extra["SOFTMAX_FMA"] = _softmax_fma_value(cfg)
     if cfg.num_consumers != 2:
         if cfg.num_consumers not in (1, 3) or cfg.pingpong or cfg.block_m % 3 * (
                 cfg.num_consumers == 3):
@@ -2924,7 +2979,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
                           TMA_STORE=_tma_store_mode(cfg),
                           PP_MODE=cfg.pingpong_mode if cfg.pingpong else 0,
                           NUM_CONSUMERS=cfg.num_consumers,
-                          SOFTMAX_FMA=(2 if cfg.mask_limit else True) if cfg.softmax_fma else False)
+                          SOFTMAX_FMA=_softmax_fma_value(cfg) if cfg.softmax_fma else False)
         if cfg.scheduler:
             signature["tile_counter"] = "*i32"
             signature["l2_heads"] = "i32"
