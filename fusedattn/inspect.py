@@ -138,6 +138,32 @@ def local_memory_in_inner_loops(sass: str) -> int:
     return _local_in(ins, inner)
 
 
+def dependent_chain(sass: str, opcode: str = "FMNMX") -> int:
+    """The longest run of `opcode` instructions inside an innermost loop in which each reads the
+    previous one's result (a register written by the same opcode in that loop): the depth of a
+    reduction as ptxas scheduled it (a row max folded in one chain: ~31; as a tree: ~5)."""
+    ins = sass_instructions(sass)
+    loops = _loops(ins)
+    inner = [(lo, hi) for lo, hi in loops
+             if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)]
+    best = 0
+    for lo, hi in inner:
+        depth = {}
+        for a, t in ins:
+            if not lo <= a <= hi:
+                continue
+            m = re.match(rf"(?:@!?U?P\w+\s+)?{opcode}(?:\.\S+)?\s+(R\d+),\s*(.*)", t)
+            regs_written = re.match(r"(?:@!?U?P\w+\s+)?\S+\s+(R\d+)", t)
+            if m:
+                srcs = re.findall(r"-?\|?(R\d+)", m.group(2))
+                d = 1 + max((depth.get(r, 0) for r in srcs), default=0)
+                depth[m.group(1)] = d
+                best = max(best, d)
+            elif regs_written:           # another instruction overwrote the register
+                depth.pop(regs_written.group(1), None)
+    return best
+
+
 def sass_digest(sass: str) -> str:
     """sha1 of the SASS instruction text (addresses dropped): equal digests = the same code."""
     import hashlib

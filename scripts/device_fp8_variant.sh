@@ -3,7 +3,7 @@
 # first, then timing only if the checks passed. Every step has its own cap and the whole run a deadline; full
 # logs under OUT, a short summary last.
 #     [EXTRA_VARIANTS="a b"] [QUANT=1] bash scripts/device_fp8_variant.sh OUT VARIANT[,VARIANT...] "d,causal,seqlen;..." [DEADLINE_S (540)]
-# (SAN_CAUSAL="1": the sanitizers on causal cases only;
+# (SAN_CAUSAL="1": the sanitizers on causal cases only; SAN_ONLY="a b": on these candidates only;
 # EXTRA_VARIANTS: other candidates stamped and timed beside it, not checked here; QUANT=1: first
 # the quantisers' GPU tests and scripts/quant_speed.py, ~60-90 s)
 # 1. scripts/hopper_fp8_dev.py (every row's and the candidates' check cases, then its bench)
@@ -40,7 +40,7 @@ done
 summary+=("checks of $var: $([ $ok = 1 ] && echo passed || echo 'FAILED or missing: no timing')")
 CS="compute-sanitizer --print-limit 0 --error-exitcode 9"
 export FP8_CASE_PROGRAMS=${FP8_CASE_PROGRAMS:-3}   # a persistent candidate: several tiles per program
-for v1 in ${var//,/ }; do
+for v1 in ${SAN_ONLY:-${var//,/ }}; do
   vdims=$(python3 -c "from fusedattn.kernels import hopper_fp8_fwd as F; print(*F.VARIANTS['$v1'][1])")
   for d in $dims; do
     case " $vdims " in *" $d "*) ;; *) continue ;; esac

@@ -4,11 +4,13 @@
 # call that does start has to carry the most important work first). Each step has its own cap
 # under one deadline; full logs under OUT, tarred to OUT.tgz; a short summary and the bars last.
 #     bash scripts/device_session.sh OUT [DEADLINE_S (560)]
-# Session 25's candidate exp_poly (one score in k takes its exp2 on the FMA pipe), on any card:
-#   1. FP8 at hdim 256 (ep4, ep8) through scripts/device_fp8_variant.sh: checks, sanitizers on
-#      causal cases, clock stamps (block 2's softmax section), rotated rounds beside the row;
-#   2. 16-bit at hdim 64 (ep8, ep4) through scripts/device_hopper_phases.sh: checks, stamps,
-#      rotated rounds beside the row, FA3 and cuDNN at the cuDNN bar's weak cells;
+# Session 25's candidates exp_poly (one score in k takes its exp2 on the FMA pipe) and row_tree
+# (each row's max and sum as trees inside the thread), on any card:
+#   1. FP8 at hdim 256 (ep4, rt, rtep4) and 128 (ep4h, rth, rtep4h) through
+#      scripts/device_fp8_variant.sh: checks, sanitizers on causal cases of the two with both
+#      switches, clock stamps (block 2's softmax section), rotated rounds beside the row;
+#   2. 16-bit at hdim 64 (rt, ep8, rtep8) through scripts/device_hopper_phases.sh: checks,
+#      stamps, rotated rounds beside the row, FA3 and cuDNN at the cuDNN bar's weak cells;
 # then on an H200 (the card the issues' bars are counted on) the FP8 bench beside FA3-FP8 with
 # what is left (the 16-bit bench needs a call of its own: scripts/device_bars.sh).
 # FA3's wheel first, as for every side-by-side run (pip install --target /tmp/site .whl/*.whl and
@@ -32,17 +34,20 @@ bench() {  # bench NAME CAP_S ARGS...: the forward bench under the cap (--time-b
     python3 scripts/bench_bars.py "$out/$name/results.json" > "$out/bars-$name.md" 2>&1
   fi
 }
-variant() {  # exp_poly at hdim 256 FP8: non-causal and causal, 2k and 8k
-  local c; c=$(cap 240)
+variant() {  # FP8: exp_poly 4, row_tree and both, at hdim 256 (ep4, rt, rtep4) and on hdim 128's
+  # 256-key rows (ep4h, rth, rtep4h); the sanitizers on the two with both switches (register
+  # arithmetic only: no new memory access in either switch)
+  local c; c=$(cap 300)
   if [ "$c" -lt 150 ]; then summary+=("ep fp8: skipped (time)"); return 99; fi
-  step ep8 "$c" env DEV_CAP=110 ROUNDS_CAP=80 SAN_CAUSAL=1 bash scripts/device_fp8_variant.sh \
-    "$out/ep8" ep4,ep8 "256,0,2048;256,0,8192;256,1,2048;256,1,8192" $(( c - 10 ))
+  step ep8 "$c" env DEV_CAP=130 ROUNDS_CAP=110 SAN_CAUSAL=1 SAN_ONLY="rtep4 rtep4h" \
+    bash scripts/device_fp8_variant.sh "$out/ep8" ep4,rt,rtep4,ep4h,rth,rtep4h \
+    "256,0,8192;256,1,2048;128,0,8192;128,1,2048" $(( c - 10 ))
 }
 variant16() {  # exp_poly at hdim 64 16-bit: the cuDNN bar's misses (1k) and a long cell
   local c; c=$(cap 220)
   if [ "$c" -lt 120 ]; then summary+=("ep 16-bit: skipped (time)"); return 99; fi
-  step ep16 "$c" env HP_CELLS="64,0,1024;64,1,1024;64,1,2048;64,0,8192" PRECOMPILE_CAP=90 \
-    PHASES_CAP=110 bash scripts/device_hopper_phases.sh "$out/ep16" "ep8 ep4" $(( c - 5 ))
+  step ep16 "$c" env HP_CELLS="64,0,1024;64,1,1024;64,0,8192" PRECOMPILE_CAP=90 \
+    PHASES_CAP=110 bash scripts/device_hopper_phases.sh "$out/ep16" "rt ep8 rtep8" $(( c - 5 ))
 }
 
 variant

@@ -131,6 +131,8 @@ CASES = [
     # session 25 candidate, not yet run on a GPU: one score in 8 through the polynomial exp2
     (64, False, {"variant": "ep8"}),
     (64, True, {"variant": "ep8"}),
+    # session 25 candidate, not yet run on a GPU: the rows' max and sum as trees in the thread
+    (64, False, {"variant": "rt"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -235,6 +237,8 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_mbar_arrive"] = len(re.findall(r"mbarrier\\.arrive", ptx))
     r["ptx_mbar_init"] = len(re.findall(r"mbarrier\\.init", ptx))
     r["sass_mufu_ex2"] = len(re.findall(r"\\bMUFU\\.EX2\\b", sass))
+    r["fmnmx_chain"] = fi.dependent_chain(sass, "FMNMX")
+    r["fadd_chain"] = fi.dependent_chain(sass, "FADD")
     r["ptx_ex2"] = len(re.findall(r"\\bex2\\.approx", ptx))
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
@@ -629,6 +633,21 @@ def test_exp_poly_moves_one_score_in_8_off_mufu(reports):
         H._v4_constexprs(H.get_config(64, False, exp_poly=8, softmax_fma=False))
     with pytest.raises(ValueError, match="exp_poly"):
         H._v4_constexprs(H.get_config(64, False, exp_poly=3))
+
+
+def test_row_tree_folds_the_rows_in_trees(reports):
+    """row_tree (variant rt, session 25) on hdim 64's non-causal row: the row max and sum in
+    trees a few deep where the row folds chains of ~32 dependent FMNMX / FADD; the same GEMMs,
+    a new kernel, refused without softmax_fma."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    rt, row = by_case[(64, False, json.dumps({"variant": "rt"}))], by_case[(64, False, "{}")]
+    assert row["fmnmx_chain"] >= 30 and row["fadd_chain"] >= 30
+    assert rt["fmnmx_chain"] <= 10 and rt["fadd_chain"] <= 10
+    assert rt["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
+    assert rt["sass_sha1"] != row["sass_sha1"]
+    with pytest.raises(ValueError, match="row_tree"):
+        H._v4_constexprs(H.get_config(64, False, row_tree=True, softmax_fma=False))
 
 
 def test_softmax_fma_uses_ffma(reports):

@@ -105,6 +105,8 @@ for d, causal, variant in json.loads(sys.argv[1]):
     r["named_bar_10_11"] = len(re.findall(r"bar\.(?:sync|arrive) 1[01], 256", ptx))
     r["ptx_ex2"] = len(re.findall(r"\bex2\.approx", ptx))
     r["sass_mufu_ex2"] = len(re.findall(r"\bMUFU\.EX2\b", sass))
+    r["fmnmx_chain"] = fi.dependent_chain(sass, "FMNMX")
+    r["fadd_chain"] = fi.dependent_chain(sass, "FADD")
     # the layouts of the V^T stores (64 head-dim rows x 32 words of 4 keys): lane bases
     ttgir = k.asm["ttgir"]
     defs = dict(re.findall(r"^(#linear\d+) = #ttg\.linear<\{(.*)\}>", ttgir, re.M))
@@ -948,6 +950,24 @@ def test_exp_poly_moves_one_score_in_k_off_mufu():
     assert F._fma_bits(F.get_config(256, False)) >> 4 == 0
     with pytest.raises(ValueError, match="exp_poly"):
         F._constexprs(256, False, replace(F.get_config(256, False), exp_poly=3))
+
+
+def test_row_tree_folds_the_rows_in_trees():
+    """row_tree (variants rt / rtep4 / rth, session 25): each row's max and sum over a block as
+    trees inside the thread. The row's SASS folds them in chains of ~32 dependent FMNMX / FADD;
+    the variant's are a few deep, with the same count of each, the same products and no new
+    spills."""
+    row, rt, rth_row, rth = _run_reports([(256, False, None), (256, False, "rt"),
+                                          (128, True, None), (128, True, "rth")])
+    for base, r in ((row, rt), (rth_row, rth)):
+        assert r["config"]["row_tree"] and not base["config"]["row_tree"]
+        assert base["fmnmx_chain"] >= 30 and base["fadd_chain"] >= 30
+        assert r["fmnmx_chain"] <= 10 and r["fadd_chain"] <= 10
+        assert r["ptx_counts"]["wgmma.mma_async"] == base["ptx_counts"]["wgmma.mma_async"]
+        assert r["spill_stores"] <= base["spill_stores"]
+        assert r["local_in_inner_loops"] == 0 and not r["wgmma_serialized"]
+    assert F._fma_bits(F.variant_config("rt", 256, False)) & 64
+    assert not F._fma_bits(F.get_config(256, False)) & 64
 
 
 def test_timing_diagnostic_is_refused_without_its_flag():

@@ -251,6 +251,10 @@ class Fp8FwdConfig:
                                     # 64 MUFU.EX2 per thread and block occupy the sub-partition's
                                     # MUFU pipe ~512 cycles (4 lanes per clock). Kernel
                                     # SOFTMAX_FMA bits 4-5
+    row_tree: bool = False          # each row's max and sum over the block as trees inside the
+                                    # thread (_row_max_tree, _row_sum_tree) rather than the
+                                    # reduction's one chain of 31 / 63 dependent FMNMX / FADD
+                                    # (kernel SOFTMAX_FMA bit 6)
 
     @property
     def num_warps(self) -> int:  # warps of the default partition (consumer warpgroup 0)
@@ -645,8 +649,19 @@ VARIANTS["ep8"] = (dict(_PERSISTENT_RING, **_EXPECTS, exp_poly=8), (256,))
 for _name, _base in (("256n", "or256n"), ("256c", "or256c")):
     VARIANTS["pxc" + _name] = (dict(VARIANTS[_base][0], **_EXPECTS), (128,))
     VARIANTS["pkt" + _name] = (dict(VARIANTS[_base][0], **_EXPECTS, k_after_vt=True), (128,))
-    VARIANTS["ep4_" + _name] = (dict(VARIANTS[_base][0], exp_poly=4), (128,))
 del _name, _base
+# exp_poly on hdim 128's 256-key rows (or256c's switches: compiled non-causal they are the
+# (128, False, 256) row's kernel, so one name serves both cells). There each consumer thread
+# takes 128 exp2 per key block: MUFU.EX2 holds its sub-partition ~1024 cycles per block and
+# warpgroup, as long as the warpgroup's QK^T and P V take on the tensor cores
+VARIANTS["ep2h"] = (dict(VARIANTS["or256c"][0], exp_poly=2), (128,))
+VARIANTS["ep4h"] = (dict(VARIANTS["or256c"][0], exp_poly=4), (128,))
+# session 25: each row's max as a tree inside the thread (row_tree), alone and with exp_poly 4,
+# on the same rows. Not yet run on a GPU
+VARIANTS["rt"] = (dict(_PERSISTENT_RING, **_EXPECTS, row_tree=True), (256,))
+VARIANTS["rtep4"] = (dict(_PERSISTENT_RING, **_EXPECTS, row_tree=True, exp_poly=4), (256,))
+VARIANTS["rth"] = (dict(VARIANTS["or256c"][0], row_tree=True), (128,))
+VARIANTS["rtep4h"] = (dict(VARIANTS["or256c"][0], row_tree=True, exp_poly=4), (128,))
 
 
 def kv_block_error(head_dim: int, causal: bool, kv_block: int, name: str = "kq") -> str | None:
@@ -1208,6 +1223,54 @@ def _exp2(x, FMA: gl.constexpr):
 
 
 @gluon.jit
+def _half_max(x):
+    """Elementwise max of the two halves of x's columns (the top column bit: a register bit of
+    the wgmma accumulator layout, so the split only relabels registers)."""
+    M: gl.constexpr = x.shape[0]
+    N: gl.constexpr = x.shape[1]
+    a, b = gl.split(x.reshape([M, 2, N // 2]).permute((0, 2, 1)))
+    return gl.maximum(a, b)
+
+
+@gluon.jit
+def _half_sum(x):
+    M: gl.constexpr = x.shape[0]
+    N: gl.constexpr = x.shape[1]
+    a, b = gl.split(x.reshape([M, 2, N // 2]).permute((0, 2, 1)))
+    return a + b
+
+
+@gluon.jit
+def _row_sum_tree(x):
+    """gl.sum(x, axis=1) in _row_max_tree's order (row_tree): the sum's chain of 31 / 63
+    dependent FADD becomes depth 3-5 (fp32 summation in another order: l changes by rounding)."""
+    N: gl.constexpr = x.shape[1]
+    x = _half_sum(_half_sum(_half_sum(x)))
+    if N >= 128:
+        x = _half_sum(x)
+    if N >= 256:
+        x = _half_sum(x)
+    return gl.sum(x, axis=1)
+
+
+@gluon.jit
+def _row_max_tree(x):
+    """gl.max(x, axis=1) as a tree inside each thread (row_tree): the reduction's own lowering
+    folds a thread's 32 (BLOCK_N 128) or 64 scores of a row in one dependent chain of FMNMX
+    (SASS: 31 in a row, ~4 cycles each, before the first exp2 can issue); halving the columns
+    along the register bits of the column index (bits 3 and up) first leaves depth 4-5 and
+    the same count, then the reduction takes the last two per thread and the lanes. Also the
+    16-bit kernel's (hopper_fwd)."""
+    N: gl.constexpr = x.shape[1]
+    x = _half_max(_half_max(_half_max(x)))      # column bits 3 and up are register bits in
+    if N >= 128:                                 # the accumulator layout: BLOCK_N 64 / 128 /
+        x = _half_max(x)                         # 256 halve 3 / 4 / 5 times down to 8 columns
+    if N >= 256:
+        x = _half_max(x)
+    return gl.max(x, axis=1)
+
+
+@gluon.jit
 def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
                     MASK: gl.constexpr, CAUSAL: gl.constexpr,
                     BLOCK_N: gl.constexpr, s_layout: gl.constexpr, FMA: gl.constexpr = False):
@@ -1254,10 +1317,14 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
             if CAUSAL:
                 valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
-    if FMA & 1:
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * f)
+    if FMA & 64:
+        m_blk = gl.convert_layout(_row_max_tree(qk), f.type.layout, assert_trivial=True)
     else:
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+        m_blk = gl.max(qk, axis=1)
+    if FMA & 1:
+        m_new = gl.maximum(m_i, m_blk * f)
+    else:
+        m_new = gl.maximum(m_i, m_blk)
     if MASK:
         # a row with no visible key so far keeps m = -inf; use 0 so that exp2 gives 0, not NaN
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -1275,7 +1342,10 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
     else:
         p = _exp2(qk - gl.expand_dims(m_use - 8.0, 1), FMA)
     alpha = gl.exp2(m_i - m_use)
-    l_i = l_i * alpha + gl.sum(p, axis=1)
+    if FMA & 64:
+        l_i = l_i * alpha + gl.convert_layout(_row_sum_tree(p), f.type.layout, assert_trivial=True)
+    else:
+        l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
 
 
@@ -2408,10 +2478,11 @@ def _ldsm_bits(cfg: Fp8FwdConfig):
 def _fma_bits(cfg: Fp8FwdConfig):
     """The kernel's SOFTMAX_FMA: bit 0 softmax_fma, bit 1 mask_split, bit 2 v_perm (O's columns
     put back in the epilogue), bit 3 release_expect, bits 4-5 exp_poly (1: one score in 2, 2: in
-    4, 3: in 8); the rows without the later bits keep their earlier value."""
+    4, 3: in 8), bit 6 row_tree; the rows without the later bits keep their earlier value."""
     bits = (int(cfg.softmax_fma) | 2) if cfg.mask_split else cfg.softmax_fma
     bits = int(bits) | 4 if cfg.v_perm else bits
     bits = int(bits) | 8 if cfg.release_expect else bits
+    bits = int(bits) | 64 if cfg.row_tree else bits
     if cfg.exp_poly:
         bits = int(bits) | (cfg.exp_poly.bit_length() - 1) << 4
     return bits

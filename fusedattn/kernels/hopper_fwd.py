@@ -96,7 +96,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 # the timing diagnostic's clock stamps (diag_stamps) are the FP8 kernel's
-from .hopper_fp8_fwd import _CLOCK, _GTIMER, _SMID, _exp2_mix_asm, _stamp
+from .hopper_fp8_fwd import (_CLOCK, _GTIMER, _SMID, _exp2_mix_asm, _row_max_tree,
+                             _row_sum_tree, _stamp)
 from . import fast_launch as _fl
 
 LOG2E = 1.4426950408889634
@@ -219,6 +220,10 @@ class FwdConfig:
                                     # QK^T (run 66's stamps: ~1600 cycles per tile left at hdim
                                     # 64 causal 1k after q_release_early)
     # --- session 25 candidate, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-3) ---
+    row_tree: bool = False          # each row's max and sum over a block as trees inside the
+                                    # thread (hopper_fp8_fwd._row_max_tree), not the
+                                    # reduction's chain of 31 dependent FMNMX / FADD (kernel
+                                    # SOFTMAX_FMA bit 4; with softmax_fma)
     exp_poly: int = 0               # 0, 2, 4 or 8: one score in exp_poly takes its exp2 on the
                                     # FMA pipe (a degree-3 polynomial, hopper_fp8_fwd's
                                     # _exp2_mix_asm) instead of MUFU.EX2. At hdim 64 each
@@ -604,13 +609,18 @@ VARIANTS = {
     # rows. Not yet run on a GPU
     "ep4": ({"exp_poly": 4}, (64, 128)),
     "ep8": ({"exp_poly": 8}, (64, 128)),
+    # session 25: the rows' max and sum as trees inside the thread (row_tree), alone and with
+    # exp_poly 8. Not yet run on a GPU
+    "rt": ({"row_tree": True}, (64, 128, 256)),
+    "rtep8": ({"row_tree": True, "exp_poly": 8}, (64, 128)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
             "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
-            "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8"}
+            "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
+            "rt", "rtep8"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -763,7 +773,7 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
     if FMA:
         return _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                                    MASK, CAUSAL, BLOCK_N, s_layout, (FMA & 3) == 2,
-                                   (FMA >> 2) & 3)
+                                   (FMA >> 2) & 3, (FMA & 16) != 0)
     qk = s_acc * qk_scale
     if MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -811,7 +821,7 @@ def _exp2_poly3(x, EP: gl.constexpr):
 def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                         MASK: gl.constexpr, CAUSAL: gl.constexpr,
                         BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIM: gl.constexpr = False,
-                        EP: gl.constexpr = 0):
+                        EP: gl.constexpr = 0, TREE: gl.constexpr = False):
     # m_i, m_new: row max of the raw (unscaled) scores. LIM (FwdConfig.mask_limit, kernel
     # SOFTMAX_FMA == 2): the mask as FA3 forms it, one limit per row (keys of this block before
     # it are visible) and one compare per score against the column's offset within the block,
@@ -834,7 +844,11 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
         if CAUSAL:
             valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+    if TREE:   # row_tree (session 25): the rows' max and sum as trees inside the thread
+        m_new = gl.maximum(m_i, gl.convert_layout(_row_max_tree(qk), m_i.type.layout,
+                                                  assert_trivial=True))
+    else:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1))
     if MASK:
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
@@ -845,7 +859,11 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
     else:
         p = _exp2_poly3(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)), EP)
     alpha = gl.exp2(gl.fma(m_i, qk_scale, -m_scaled))
-    l_i = l_i * alpha + gl.sum(p, axis=1)
+    if TREE:
+        l_i = l_i * alpha + gl.convert_layout(_row_sum_tree(p), m_i.type.layout,
+                                              assert_trivial=True)
+    else:
+        l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
 
 
@@ -2738,22 +2756,24 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
 
 def _softmax_fma_value(cfg: FwdConfig):
     """The kernel's SOFTMAX_FMA with softmax_fma on: True, or 2 with mask_limit; with exp_poly
-    (session 25) bits 2-3 hold log2(exp_poly) over bits 0-1 (1, or 2 with mask_limit). The
-    rows without exp_poly keep their earlier value (and so their compiled kernels)."""
+    or row_tree (session 25) bits 0-1 hold 1, or 2 with mask_limit, bits 2-3 log2(exp_poly) and
+    bit 4 row_tree. The rows without them keep their earlier value (and so their compiled
+    kernels)."""
     if cfg.exp_poly not in (0, 2, 4, 8):
         raise ValueError(f"exp_poly must be 0, 2, 4 or 8 (one score in exp_poly through the "
                          f"polynomial exp2), got {cfg.exp_poly!r}")
-    if not cfg.exp_poly:
+    if not cfg.exp_poly and not cfg.row_tree:
         return 2 if cfg.mask_limit else True
-    return (2 if cfg.mask_limit else 1) | (cfg.exp_poly.bit_length() - 1) << 2
+    bits = (2 if cfg.mask_limit else 1) | 16 * cfg.row_tree
+    return bits | (cfg.exp_poly.bit_length() - 1) << 2 if cfg.exp_poly else bits
 
 
 def _v4_constexprs(cfg: FwdConfig) -> dict:
     """Constexprs of the v4 switches, passed only when they differ from the kernel's defaults."""
     extra = {}
-    if cfg.exp_poly and not cfg.softmax_fma:
-        raise ValueError("exp_poly replaces the exp2 of softmax_fma's form: it needs "
-                         "softmax_fma=True (forward() turns both off for softmax_scale <= 0)")
+    if (cfg.exp_poly or cfg.row_tree) and not cfg.softmax_fma:
+        raise ValueError("exp_poly and row_tree change softmax_fma's form: they need "
+                         "softmax_fma=True (forward() turns them off for softmax_scale <= 0)")
     if cfg.softmax_fma:
         extra["SOFTMAX_FMA"] = _softmax_fma_value(cfg)
     if cfg.num_consumers != 2:
