@@ -244,7 +244,7 @@ class Fp8FwdConfig:
 
     # --- session-25 candidate (RESULTS.md runs 98-100), off until measured on a GPU ---
     exp_poly: int = 0               # 0, 2, 4 or 8: one score in exp_poly takes its exp2 on the
-                                    # FMA pipe (a degree-2 polynomial, _EXP2_MIX) instead of
+                                    # FMA pipe (a degree-2 polynomial, _exp2_mixed) instead of
                                     # MUFU.EX2. Run 99's stamps: the consumer's QK^T + softmax is
                                     # ~1770 of the ~3500 cycles of hdim 256's per-block chain,
                                     # with no wait on the producer or the other warpgroup; its
@@ -1182,9 +1182,11 @@ _EXP2_HORNER = {
 }
 
 
+@triton.constexpr_function
 def _exp2_mix_asm(pack: int, degree: int = 2) -> str:
     """Inline PTX for inline_asm_elementwise(pack=pack): $0..$pack-1 = exp2($pack..$2pack-1),
     the last element of the group through the polynomial of `degree`."""
+    pack, degree = int(pack), int(degree)
     x, y = f"${2 * pack - 1}", f"${pack - 1}"
     body = "".join(f"ex2.approx.ftz.f32 ${i}, ${pack + i};\n" for i in range(pack - 1))
     poly = (f"max.f32 f, {x}, 0fC2FE0000;\n"          # -127
@@ -1197,29 +1199,30 @@ def _exp2_mix_asm(pack: int, degree: int = 2) -> str:
     return "{\n.reg .b32 f, t, j, p;\n" + body + poly + "}"
 
 
-_EXP2_MIX2 = gl.constexpr(_exp2_mix_asm(2))
-_EXP2_MIX4 = gl.constexpr(_exp2_mix_asm(4))
-_EXP2_MIX8 = gl.constexpr(_exp2_mix_asm(8))
+@triton.constexpr_function
+def _exp2_constraints(pack):
+    return ",".join(["=r"] * int(pack) + ["r"] * int(pack))
+
+
+@gluon.jit
+def _exp2_mixed(x, EP: gl.constexpr, DEG: gl.constexpr):
+    """exp2 of every element (as gl.exp2: MUFU.EX2); with EP > 0 (exp_poly = 2**EP) the last of
+    each group of 2**EP elements a thread holds through _exp2_mix_asm's polynomial of degree DEG
+    on the FMA pipe. Which elements are grouped is the layout's choice; the split is the same in
+    every block. Both kernels' (hopper_fwd: degree 3)."""
+    if EP == 0:
+        y = gl.exp2(x)
+    else:
+        PACK: gl.constexpr = 1 << EP
+        y = gl.inline_asm_elementwise(_exp2_mix_asm(PACK, DEG), _exp2_constraints(PACK), [x],
+                                      dtype=gl.float32, is_pure=True, pack=PACK)
+    return y
 
 
 @gluon.jit
 def _exp2(x, FMA: gl.constexpr):
-    """exp2 of every element (as gl.exp2: MUFU.EX2); with exp_poly (SOFTMAX_FMA bits 4-5), the
-    last of each group of 2 / 4 / 8 elements a thread holds through _EXP2_POLY on the FMA pipe.
-    Which elements are grouped is the layout's choice; the split is the same in every block."""
-    EP: gl.constexpr = (FMA >> 4) & 3
-    if EP == 0:
-        y = gl.exp2(x)
-    elif EP == 1:
-        y = gl.inline_asm_elementwise(_EXP2_MIX2, "=r,=r,r,r", [x], dtype=gl.float32,
-                                      is_pure=True, pack=2)
-    elif EP == 2:
-        y = gl.inline_asm_elementwise(_EXP2_MIX4, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32,
-                                      is_pure=True, pack=4)
-    else:
-        y = gl.inline_asm_elementwise(_EXP2_MIX8, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r",
-                                      [x], dtype=gl.float32, is_pure=True, pack=8)
-    return y
+    """The FP8 kernel's exp2: exp_poly from SOFTMAX_FMA bits 4-5, degree 2."""
+    return _exp2_mixed(x, (FMA >> 4) & 3, 2)
 
 
 @gluon.jit

@@ -96,7 +96,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 # the timing diagnostic's clock stamps (diag_stamps) are the FP8 kernel's
-from .hopper_fp8_fwd import (_CLOCK, _GTIMER, _SMID, _exp2_mix_asm, _row_max_tree,
+from .hopper_fp8_fwd import (_CLOCK, _GTIMER, _SMID, _exp2_mixed, _row_max_tree,
                              _row_sum_tree, _stamp)
 from . import fast_launch as _fl
 
@@ -793,30 +793,6 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
     return p, alpha, m_new, l_i
 
 
-_EXP2_P3_MIX2 = gl.constexpr(_exp2_mix_asm(2, 3))
-_EXP2_P3_MIX4 = gl.constexpr(_exp2_mix_asm(4, 3))
-_EXP2_P3_MIX8 = gl.constexpr(_exp2_mix_asm(8, 3))
-
-
-@gluon.jit
-def _exp2_poly3(x, EP: gl.constexpr):
-    """exp2 of every element; with exp_poly (EP = log2 of it, kernel SOFTMAX_FMA bits 2-3) the
-    last of each group of 2 / 4 / 8 elements a thread holds through the degree-3 polynomial on
-    the FMA pipe (relative error <= 1.0e-4), the others through MUFU.EX2 as gl.exp2."""
-    if EP == 0:
-        y = gl.exp2(x)
-    elif EP == 1:
-        y = gl.inline_asm_elementwise(_EXP2_P3_MIX2, "=r,=r,r,r", [x], dtype=gl.float32,
-                                      is_pure=True, pack=2)
-    elif EP == 2:
-        y = gl.inline_asm_elementwise(_EXP2_P3_MIX4, "=r,=r,=r,=r,r,r,r,r", [x],
-                                      dtype=gl.float32, is_pure=True, pack=4)
-    else:
-        y = gl.inline_asm_elementwise(_EXP2_P3_MIX8, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r",
-                                      [x], dtype=gl.float32, is_pure=True, pack=8)
-    return y
-
-
 @gluon.jit
 def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                         MASK: gl.constexpr, CAUSAL: gl.constexpr,
@@ -857,7 +833,7 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
     if EP == 0:   # (the call below only with exp_poly: the rows' code stays as pinned)
         p = gl.exp2(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)))
     else:
-        p = _exp2_poly3(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)), EP)
+        p = _exp2_mixed(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)), EP, 3)
     alpha = gl.exp2(gl.fma(m_i, qk_scale, -m_scaled))
     if TREE:
         l_i = l_i * alpha + gl.convert_layout(_row_sum_tree(p), m_i.type.layout,
