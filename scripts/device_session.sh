@@ -6,6 +6,7 @@
 #     bash scripts/device_session.sh OUT [DEADLINE_S (560)]
 # Session 25's candidates exp_poly (one score in k takes its exp2 on the FMA pipe) and row_tree
 # (each row's max and sum as trees inside the thread), on any card:
+#   0. the FP8 candidates' GPU tests (oracle and emulation, 1 and 2 programs);
 #   1. FP8 at hdim 256 (ep4, rt, rtep4) and 128 (ep4h, rth, rtep4h) through
 #      scripts/device_fp8_variant.sh: checks, sanitizers on causal cases of the two with both
 #      switches, clock stamps (block 2's softmax section), rotated rounds beside the row;
@@ -50,6 +51,8 @@ variant16() {  # exp_poly at hdim 64 16-bit: the cuDNN bar's misses (1k) and a l
     PHASES_CAP=110 bash scripts/device_hopper_phases.sh "$out/ep16" "rt ep8 rtep8" $(( c - 5 ))
 }
 
+step cand_tests 70 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_fp8.py \
+  -k softmax_candidates
 variant
 variant16
 if grep -q H200 "$out/smi.txt"; then

@@ -198,6 +198,38 @@ def test_expect_signal_forms_bitwise_equal_to_pvr(first_launch, shape, causal, d
 
 
 @needs_sm90
+@pytest.mark.parametrize("d,variant", [(256, "ep4"), (256, "rt"), (256, "rtep4"),
+                                       (128, "ep4h"), (128, "rth"), (128, "rtep4h")],
+                         ids=lambda x: str(x))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2), (2, 1000, 300, 2, 2)],
+                         ids=lambda s: "b{}_q{}_k{}_h{}_hk{}".format(*s))
+def test_softmax_candidates_against_oracle_and_emulation(first_launch, shape, causal, d, variant):
+    """Session 25's softmax candidates (exp_poly: one exp2 in 4 by a degree-2 polynomial;
+    row_tree: the rows' max and sum as trees; both): not bitwise the row's (P's rounding and the
+    sums' order move), so judged as the rows are, against the float64 oracle and the emulation,
+    on one program per SM and on 2 programs (several tiles each), outputs poisoned."""
+    from fusedattn.kernels import hopper_fp8_fwd as F
+
+    _require(first_launch, d)
+    cfg = F.variant_config(variant, d, causal)
+    assert cfg.exp_poly or cfg.row_tree
+    block = cfg.block_n
+    b, sq, sk, h, hk = shape
+    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + causal + d)
+    qq = quantize_fp8(q, role="q", rotate=True, seed=5)
+    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=block)
+    vq = quantize_fp8(v, role="v", block_size=block)
+    scale = d ** -0.5
+    for programs in (None, 2):
+        out = torch.full((b, sq, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
+        F.forward(qq, kq, vq, causal, scale, config=cfg, _out=out, _lse=lse, _programs=programs)
+        torch.cuda.synchronize()
+        check_against_spec_and_oracle(q, k, v, qq, kq, vq, out, lse, causal, scale)
+
+
+@needs_sm90
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_kernel_q_blocks_of_64_no_rotation_fp16_out(first_launch, d):
     """q's block_size is free (the scale is looked up per row); no rotation; float16 output."""
