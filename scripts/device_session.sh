@@ -10,8 +10,9 @@
 #   1. FP8 at hdim 256 (ep4, rt, rtep4) and 128 (ep4h, rth, rtep4h) through
 #      scripts/device_fp8_variant.sh: checks, sanitizers on causal cases of the two with both
 #      switches, clock stamps (block 2's softmax section), rotated rounds beside the row;
-#   2. 16-bit at hdim 64 (rt, ep8, rtep8) through scripts/device_hopper_phases.sh: checks,
-#      stamps, rotated rounds beside the row, FA3 and cuDNN at the cuDNN bar's weak cells;
+#   2. 16-bit at hdim 64 (rtm: the row max's tree alone, spill-free; ep8; rtmep8) through
+#      scripts/device_hopper_phases.sh: checks, stamps, rotated rounds beside the row, FA3 and
+#      cuDNN at the cuDNN bar's weak cells;
 # then on an H200 (the card the issues' bars are counted on) the FP8 bench beside FA3-FP8 with
 # what is left (the 16-bit bench needs a call of its own: scripts/device_bars.sh).
 # FA3's wheel first, as for every side-by-side run (pip install --target /tmp/site .whl/*.whl and
@@ -48,7 +49,7 @@ variant16() {  # exp_poly at hdim 64 16-bit: the cuDNN bar's misses (1k) and a l
   local c; c=$(cap 220)
   if [ "$c" -lt 120 ]; then summary+=("ep 16-bit: skipped (time)"); return 99; fi
   step ep16 "$c" env HP_CELLS="64,0,1024;64,1,1024;64,0,8192" PRECOMPILE_CAP=90 \
-    PHASES_CAP=110 bash scripts/device_hopper_phases.sh "$out/ep16" "rt ep8 rtep8" $(( c - 5 ))
+    PHASES_CAP=110 bash scripts/device_hopper_phases.sh "$out/ep16" "rtm ep8 rtmep8" $(( c - 5 ))
 }
 
 step cand_tests 70 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_fp8.py \

@@ -133,6 +133,7 @@ CASES = [
     (64, True, {"variant": "ep8"}),
     # session 25 candidate, not yet run on a GPU: the rows' max and sum as trees in the thread
     (64, False, {"variant": "rt"}),
+    (64, True, {"variant": "rtm"}),       # the max's tree alone (rt spills 8 B here)
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -636,9 +637,10 @@ def test_exp_poly_moves_one_score_in_8_off_mufu(reports):
 
 
 def test_row_tree_folds_the_rows_in_trees(reports):
-    """row_tree (variant rt, session 25) on hdim 64's non-causal row: the row max and sum in
-    trees a few deep where the row folds chains of ~32 dependent FMNMX / FADD; the same GEMMs,
-    a new kernel, refused without softmax_fma."""
+    """row_tree (session 25): 2 (variant rt, hdim 64 non-causal) the row max and sum in trees a
+    few deep where the row folds chains of ~32 dependent FMNMX / FADD; 1 (rtm, hdim 64 causal)
+    the max alone. The same GEMMs, a new kernel, no spills (the generic tests); refused without
+    softmax_fma or with another value."""
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}
     rt, row = by_case[(64, False, json.dumps({"variant": "rt"}))], by_case[(64, False, "{}")]
@@ -646,8 +648,13 @@ def test_row_tree_folds_the_rows_in_trees(reports):
     assert rt["fmnmx_chain"] <= 10 and rt["fadd_chain"] <= 10
     assert rt["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
     assert rt["sass_sha1"] != row["sass_sha1"]
+    rtm, crow = by_case[(64, True, json.dumps({"variant": "rtm"}))], by_case[(64, True, "{}")]
+    assert crow["fmnmx_chain"] >= 30 and rtm["fmnmx_chain"] <= 10
+    assert rtm["fadd_chain"] == crow["fadd_chain"] >= 30
     with pytest.raises(ValueError, match="row_tree"):
-        H._v4_constexprs(H.get_config(64, False, row_tree=True, softmax_fma=False))
+        H._v4_constexprs(H.get_config(64, False, row_tree=2, softmax_fma=False))
+    with pytest.raises(ValueError, match="row_tree"):
+        H._v4_constexprs(H.get_config(64, False, row_tree=3))
 
 
 def test_softmax_fma_uses_ffma(reports):

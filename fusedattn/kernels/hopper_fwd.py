@@ -220,10 +220,12 @@ class FwdConfig:
                                     # QK^T (run 66's stamps: ~1600 cycles per tile left at hdim
                                     # 64 causal 1k after q_release_early)
     # --- session 25 candidate, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-3) ---
-    row_tree: bool = False          # each row's max and sum over a block as trees inside the
-                                    # thread (hopper_fp8_fwd._row_max_tree), not the
-                                    # reduction's chain of 31 dependent FMNMX / FADD (kernel
-                                    # SOFTMAX_FMA bit 4; with softmax_fma)
+    row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
+                                    # (hopper_fp8_fwd._row_max_tree), not the reduction's chain
+                                    # of 31 dependent FMNMX; 2: the row sum too (FADD). Kernel
+                                    # SOFTMAX_FMA bits 4-5; with softmax_fma. The sum's tree
+                                    # spills 8 B at hdim 64 causal and 4 B at hdim 256 causal
+                                    # (CPU), the max's alone nothing
     exp_poly: int = 0               # 0, 2, 4 or 8: one score in exp_poly takes its exp2 on the
                                     # FMA pipe (a degree-3 polynomial, hopper_fp8_fwd's
                                     # _exp2_mix_asm) instead of MUFU.EX2. At hdim 64 each
@@ -609,10 +611,12 @@ VARIANTS = {
     # rows. Not yet run on a GPU
     "ep4": ({"exp_poly": 4}, (64, 128)),
     "ep8": ({"exp_poly": 8}, (64, 128)),
-    # session 25: the rows' max and sum as trees inside the thread (row_tree), alone and with
-    # exp_poly 8. Not yet run on a GPU
-    "rt": ({"row_tree": True}, (64, 128, 256)),
-    "rtep8": ({"row_tree": True, "exp_poly": 8}, (64, 128)),
+    # session 25: the rows' max (rtm) or max and sum (rt) as trees inside the thread (row_tree),
+    # alone and with exp_poly 8. Not yet run on a GPU
+    "rt": ({"row_tree": 2}, (64, 128, 256)),
+    "rtep8": ({"row_tree": 2, "exp_poly": 8}, (64, 128)),
+    "rtm": ({"row_tree": 1}, (64, 128, 256)),
+    "rtmep8": ({"row_tree": 1, "exp_poly": 8}, (64, 128)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
@@ -620,7 +624,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8"}
+            "rt", "rtep8", "rtm", "rtmep8"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -773,7 +777,7 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
     if FMA:
         return _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                                    MASK, CAUSAL, BLOCK_N, s_layout, (FMA & 3) == 2,
-                                   (FMA >> 2) & 3, (FMA & 16) != 0)
+                                   (FMA >> 2) & 3, (FMA >> 4) & 3)
     qk = s_acc * qk_scale
     if MASK:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -797,7 +801,7 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
 def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                         MASK: gl.constexpr, CAUSAL: gl.constexpr,
                         BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIM: gl.constexpr = False,
-                        EP: gl.constexpr = 0, TREE: gl.constexpr = False):
+                        EP: gl.constexpr = 0, TREE: gl.constexpr = 0):
     # m_i, m_new: row max of the raw (unscaled) scores. LIM (FwdConfig.mask_limit, kernel
     # SOFTMAX_FMA == 2): the mask as FA3 forms it, one limit per row (keys of this block before
     # it are visible) and one compare per score against the column's offset within the block,
@@ -820,7 +824,7 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
         if CAUSAL:
             valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
-    if TREE:   # row_tree (session 25): the rows' max and sum as trees inside the thread
+    if TREE & 1:   # row_tree (session 25): the rows' max (and, TREE & 2, sum) as trees
         m_new = gl.maximum(m_i, gl.convert_layout(_row_max_tree(qk), m_i.type.layout,
                                                   assert_trivial=True))
     else:
@@ -835,7 +839,7 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
     else:
         p = _exp2_mixed(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)), EP, 3)
     alpha = gl.exp2(gl.fma(m_i, qk_scale, -m_scaled))
-    if TREE:
+    if TREE & 2:
         l_i = l_i * alpha + gl.convert_layout(_row_sum_tree(p), m_i.type.layout,
                                               assert_trivial=True)
     else:
@@ -2732,15 +2736,18 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
 
 def _softmax_fma_value(cfg: FwdConfig):
     """The kernel's SOFTMAX_FMA with softmax_fma on: True, or 2 with mask_limit; with exp_poly
-    or row_tree (session 25) bits 0-1 hold 1, or 2 with mask_limit, bits 2-3 log2(exp_poly) and
-    bit 4 row_tree. The rows without them keep their earlier value (and so their compiled
+    or row_tree (session 25) bits 0-1 hold 1, or 2 with mask_limit, bits 2-3 log2(exp_poly), bit
+    4 the tree max and bit 5 the tree sum (row_tree 1 / 2). The rows without them keep their earlier value (and so their compiled
     kernels)."""
     if cfg.exp_poly not in (0, 2, 4, 8):
         raise ValueError(f"exp_poly must be 0, 2, 4 or 8 (one score in exp_poly through the "
                          f"polynomial exp2), got {cfg.exp_poly!r}")
+    if cfg.row_tree not in (0, 1, 2):
+        raise ValueError(f"row_tree must be 0, 1 (the row max as a tree) or 2 (max and sum), "
+                         f"got {cfg.row_tree!r}")
     if not cfg.exp_poly and not cfg.row_tree:
         return 2 if cfg.mask_limit else True
-    bits = (2 if cfg.mask_limit else 1) | 16 * cfg.row_tree
+    bits = (2 if cfg.mask_limit else 1) | 16 * (cfg.row_tree >= 1) | 32 * (cfg.row_tree >= 2)
     return bits | (cfg.exp_poly.bit_length() - 1) << 2 if cfg.exp_poly else bits
 
 
