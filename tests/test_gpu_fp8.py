@@ -30,10 +30,20 @@ def _sm90() -> bool:
 needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the FP8 kernel needs an sm_90 GPU (H100/H200)")
 
 
-def _inputs(b, sq, sk, h, hk, d, seed, dtype=torch.bfloat16):
+def _inputs(b, sq, sk, h, hk, d, seed, dtype=torch.bfloat16, device="cuda"):
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(s, generator=g).to("cuda", dtype)
+    return tuple(torch.randn(s, generator=g).to(device, dtype)
                  for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d)))
+
+
+def _quantised_inputs(shape, d, kv_block, seed, device="cuda"):
+    """q, k, v of shape (b, sq, sk, h, hk) and their FP8 forms (q and k rotated, seed 5; k and v
+    in kv_block-row blocks)."""
+    b, sq, sk, h, hk = shape
+    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=seed, device=device)
+    return (q, k, v, quantize_fp8(q, role="q", rotate=True, seed=5),
+            quantize_fp8(k, role="k", rotate=True, seed=5, block_size=kv_block),
+            quantize_fp8(v, role="v", block_size=kv_block))
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +141,7 @@ def test_persistent_rows_many_tiles_per_program(first_launch, shape, d, causal):
     cfg = F.get_config(d, causal, kv_block)
     assert cfg.persistent and cfg.sched_table
     b, sq, sk, h, hk = shape
-    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + d + causal)
-    qq = quantize_fp8(q, role="q", rotate=True, seed=5)
-    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=kv_block)
-    vq = quantize_fp8(v, role="v", block_size=kv_block)
+    q, k, v, qq, kq, vq = _quantised_inputs(shape, d, kv_block, seed=sq + sk + d + causal)
     scale = d ** -0.5
     results = []
     for programs in (None, 2, 5):
@@ -179,10 +186,7 @@ def test_expect_signal_forms_bitwise_equal_to_pvr(first_launch, shape, causal, d
     cfg = F.variant_config(variant, d, causal)
     assert row != cfg
     b, sq, sk, h, hk = shape
-    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + causal)
-    qq = quantize_fp8(q, role="q", rotate=True, seed=5)
-    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=block)
-    vq = quantize_fp8(v, role="v", block_size=block)
+    q, k, v, qq, kq, vq = _quantised_inputs(shape, d, block, seed=sq + sk + causal)
     scale = d ** -0.5
     for programs in (None, 2):
         ref, ref_lse = F.forward(qq, kq, vq, causal, scale, config=row, _programs=programs)
@@ -214,12 +218,8 @@ def test_softmax_candidates_against_oracle_and_emulation(first_launch, shape, ca
     _require(first_launch, d)
     cfg = F.variant_config(variant, d, causal)
     assert cfg.exp_poly or cfg.row_tree
-    block = cfg.block_n
     b, sq, sk, h, hk = shape
-    q, k, v = _inputs(b, sq, sk, h, hk, d, seed=sq + sk + causal + d)
-    qq = quantize_fp8(q, role="q", rotate=True, seed=5)
-    kq = quantize_fp8(k, role="k", rotate=True, seed=5, block_size=block)
-    vq = quantize_fp8(v, role="v", block_size=block)
+    q, k, v, qq, kq, vq = _quantised_inputs(shape, d, cfg.block_n, seed=sq + sk + causal + d)
     scale = d ** -0.5
     for programs in (None, 2):
         out = torch.full((b, sq, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
