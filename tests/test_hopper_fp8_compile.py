@@ -832,6 +832,16 @@ def test_expect_signals_take_membar_barriers_out_of_the_loops():
                                           release_expect=True))
 
 
+def _assert_same_work_as_row(row, r, keys):
+    """r (a candidate's report) has row's counts of each PTX string in keys (the same products,
+    copies, transposes, signals ...), no more spill stores, and no local memory in a key-block
+    loop."""
+    for key in keys:
+        assert r["ptx_counts"][key] == row["ptx_counts"][key], key
+    assert r["spill_stores"] <= row["spill_stores"]
+    assert r["local_in_inner_loops"] == 0
+
+
 def test_k_after_vt_reorders_only_the_producer():
     """k_after_vt (session-24 candidate, variant pkt): the producer loads K_{j+1} after V_j's
     transpose and signal instead of before (k_mid_vt, variant pkh: between its two halves), so the transpose no longer waits for the consumers'
@@ -840,13 +850,10 @@ def test_k_after_vt_reorders_only_the_producer():
     row, pkt, pkh = _run_reports([(256, True, None), (256, True, "pkt"), (256, True, "pkh")])
     assert pkt["config"]["k_after_vt"] and not row["config"]["k_after_vt"]
     assert pkh["config"]["k_mid_vt"] and not pkt["config"]["k_mid_vt"]
-    a = row["ptx_counts"]
     for r in (pkt, pkh):
-        for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
-                    "mbarrier.arrive.expect_tx", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"):
-            assert r["ptx_counts"][key] == a[key], key
-        assert r["spill_stores"] <= row["spill_stores"]
-        assert r["local_in_inner_loops"] == 0
+        _assert_same_work_as_row(row, r, (
+            "wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
+            "mbarrier.arrive.expect_tx", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"))
     assert F._ldsm_bits(F.variant_config("pkt", 256, True)) & 24 == 8
     assert F._ldsm_bits(F.variant_config("pkh", 256, True)) & 24 == 24
     assert not F._ldsm_bits(F.get_config(256, True)) & 24
@@ -938,13 +945,10 @@ def test_exp_poly_moves_one_score_in_k_off_mufu():
     assert sites >= 2 and row["ptx_ex2"] - ep4["ptx_ex2"] == 16 * sites
     assert row["ptx_ex2"] - ep8["ptx_ex2"] == 8 * sites
     assert row["sass_mufu_ex2"] - ep4["sass_mufu_ex2"] == 16 * sites
-    a = row["ptx_counts"]
     for r in (ep4, ep8):
-        for key in ("wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
-                    "mbarrier.arrive.expect_tx", "cvt.rn.satfinite.e4m3x2.f32"):
-            assert r["ptx_counts"][key] == a[key], key
-        assert r["spill_stores"] <= row["spill_stores"]
-        assert r["local_in_inner_loops"] == 0
+        _assert_same_work_as_row(row, r, (
+            "wgmma.mma_async", "cp.async.bulk.tensor", "stmatrix", "fence.proxy.async",
+            "mbarrier.arrive.expect_tx", "cvt.rn.satfinite.e4m3x2.f32"))
         assert not r["wgmma_serialized"]
     assert F._fma_bits(F.variant_config("ep4", 256, False)) >> 4 == 2
     assert F._fma_bits(F.get_config(256, False)) >> 4 == 0
@@ -963,9 +967,8 @@ def test_row_tree_folds_the_rows_in_trees():
         assert r["config"]["row_tree"] and not base["config"]["row_tree"]
         assert base["fmnmx_chain"] >= 30 and base["fadd_chain"] >= 30
         assert r["fmnmx_chain"] <= 10 and r["fadd_chain"] <= 10
-        assert r["ptx_counts"]["wgmma.mma_async"] == base["ptx_counts"]["wgmma.mma_async"]
-        assert r["spill_stores"] <= base["spill_stores"]
-        assert r["local_in_inner_loops"] == 0 and not r["wgmma_serialized"]
+        _assert_same_work_as_row(base, r, ("wgmma.mma_async",))
+        assert not r["wgmma_serialized"]
     assert F._fma_bits(F.variant_config("rt", 256, False)) & 64
     assert not F._fma_bits(F.get_config(256, False)) & 64
 

@@ -252,7 +252,7 @@ class Fp8FwdConfig:
                                     # MUFU pipe ~512 cycles (4 lanes per clock). Kernel
                                     # SOFTMAX_FMA bits 4-5
     row_tree: bool = False          # each row's max and sum over the block as trees inside the
-                                    # thread (_row_max_tree, _row_sum_tree) rather than the
+                                    # thread (_row_tree) rather than the
                                     # reduction's one chain of 31 / 63 dependent FMNMX / FADD
                                     # (kernel SOFTMAX_FMA bit 6)
 
@@ -1199,6 +1199,13 @@ def _exp2_mix_asm(pack: int, degree: int = 2) -> str:
     return "{\n.reg .b32 f, t, j, p;\n" + body + poly + "}"
 
 
+def check_exp_poly(exp_poly) -> None:
+    """Both kernels' configurations take exp_poly 0, 2, 4 or 8."""
+    if exp_poly not in (0, 2, 4, 8):
+        raise ValueError(f"exp_poly must be 0, 2, 4 or 8 (one score in exp_poly through the "
+                         f"polynomial exp2), got {exp_poly!r}")
+
+
 @triton.constexpr_function
 def _exp2_constraints(pack):
     return ",".join(["=r"] * int(pack) + ["r"] * int(pack))
@@ -1220,57 +1227,39 @@ def _exp2_mixed(x, EP: gl.constexpr, DEG: gl.constexpr):
 
 
 @gluon.jit
-def _exp2(x, FMA: gl.constexpr):
-    """The FP8 kernel's exp2: exp_poly from SOFTMAX_FMA bits 4-5, degree 2."""
-    return _exp2_mixed(x, (FMA >> 4) & 3, 2)
-
-
-@gluon.jit
-def _half_max(x):
-    """Elementwise max of the two halves of x's columns (the top column bit: a register bit of
-    the wgmma accumulator layout, so the split only relabels registers)."""
+def _halve_columns(x, IS_MAX: gl.constexpr):
+    """Elementwise max (IS_MAX) or sum of the two halves of x's columns: the top column bit is a
+    register bit of the wgmma accumulator layout, so the split only relabels registers."""
     M: gl.constexpr = x.shape[0]
     N: gl.constexpr = x.shape[1]
     a, b = gl.split(x.reshape([M, 2, N // 2]).permute((0, 2, 1)))
-    return gl.maximum(a, b)
+    if IS_MAX:
+        y = gl.maximum(a, b)
+    else:
+        y = a + b
+    return y
 
 
 @gluon.jit
-def _half_sum(x):
-    M: gl.constexpr = x.shape[0]
+def _row_tree(x, IS_MAX: gl.constexpr):
+    """gl.max (IS_MAX) or gl.sum of x along axis 1 as a tree inside each thread (row_tree): the
+    reduction's own lowering folds a thread's 32 (BLOCK_N 128) or 64 values of a row in one
+    dependent chain of FMNMX / FADD (SASS: 31 in a row, ~4 cycles each; the max's before the
+    row's first exp2 can issue). Column bits 3 and up are register bits in the accumulator
+    layout, so BLOCK_N 64 / 128 / 256 halve 3 / 4 / 5 times down to 8 columns (depth 3-5, the
+    same count), then the reduction takes the last two per thread and the lanes. A sum changes
+    by rounding (another order). Both kernels' (hopper_fwd)."""
     N: gl.constexpr = x.shape[1]
-    a, b = gl.split(x.reshape([M, 2, N // 2]).permute((0, 2, 1)))
-    return a + b
-
-
-@gluon.jit
-def _row_sum_tree(x):
-    """gl.sum(x, axis=1) in _row_max_tree's order (row_tree): the sum's chain of 31 / 63
-    dependent FADD becomes depth 3-5 (fp32 summation in another order: l changes by rounding)."""
-    N: gl.constexpr = x.shape[1]
-    x = _half_sum(_half_sum(_half_sum(x)))
+    x = _halve_columns(_halve_columns(_halve_columns(x, IS_MAX), IS_MAX), IS_MAX)
     if N >= 128:
-        x = _half_sum(x)
+        x = _halve_columns(x, IS_MAX)
     if N >= 256:
-        x = _half_sum(x)
-    return gl.sum(x, axis=1)
-
-
-@gluon.jit
-def _row_max_tree(x):
-    """gl.max(x, axis=1) as a tree inside each thread (row_tree): the reduction's own lowering
-    folds a thread's 32 (BLOCK_N 128) or 64 scores of a row in one dependent chain of FMNMX
-    (SASS: 31 in a row, ~4 cycles each, before the first exp2 can issue); halving the columns
-    along the register bits of the column index (bits 3 and up) first leaves depth 4-5 and
-    the same count, then the reduction takes the last two per thread and the lanes. Also the
-    16-bit kernel's (hopper_fwd)."""
-    N: gl.constexpr = x.shape[1]
-    x = _half_max(_half_max(_half_max(x)))      # column bits 3 and up are register bits in
-    if N >= 128:                                 # the accumulator layout: BLOCK_N 64 / 128 /
-        x = _half_max(x)                         # 256 halve 3 / 4 / 5 times down to 8 columns
-    if N >= 256:
-        x = _half_max(x)
-    return gl.max(x, axis=1)
+        x = _halve_columns(x, IS_MAX)
+    if IS_MAX:
+        r = gl.max(x, axis=1)
+    else:
+        r = gl.sum(x, axis=1)
+    return r
 
 
 @gluon.jit
@@ -1321,7 +1310,7 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
                 valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
     if FMA & 64:
-        m_blk = gl.convert_layout(_row_max_tree(qk), f.type.layout, assert_trivial=True)
+        m_blk = gl.convert_layout(_row_tree(qk, True), f.type.layout, assert_trivial=True)
     else:
         m_blk = gl.max(qk, axis=1)
     if FMA & 1:
@@ -1334,19 +1323,19 @@ def _softmax_update(s_acc, row_f, k_sc, m_i, l_i, rows, j, seqlen_k, causal_off,
     else:
         m_use = m_new
     # P * 2**8 = exp2(qk - (m - 8)) in [0, 256] (FA3's FP8 trick: the scale is in the exponent)
-    # (_exp2 only with exp_poly: the rows' code stays as compiled before it, register for register)
     if FMA & 1:
-        if (FMA >> 4) & 3 == 0:
-            p = gl.exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)))
-        else:
-            p = _exp2(gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1)), FMA)
-    elif (FMA >> 4) & 3 == 0:
-        p = gl.exp2(qk - gl.expand_dims(m_use - 8.0, 1))
+        x = gl.fma(qk, gl.expand_dims(f, 1), gl.expand_dims(8.0 - m_use, 1))
     else:
-        p = _exp2(qk - gl.expand_dims(m_use - 8.0, 1), FMA)
+        x = qk - gl.expand_dims(m_use - 8.0, 1)
+    EP: gl.constexpr = (FMA >> 4) & 3   # exp_poly (bits 4-5), degree 2
+    if EP == 0:   # (gl.exp2 itself, not through the helper: the rows' code stays as pinned)
+        p = gl.exp2(x)
+    else:
+        p = _exp2_mixed(x, EP, 2)
     alpha = gl.exp2(m_i - m_use)
     if FMA & 64:
-        l_i = l_i * alpha + gl.convert_layout(_row_sum_tree(p), f.type.layout, assert_trivial=True)
+        l_i = l_i * alpha + gl.convert_layout(_row_tree(p, False), f.type.layout,
+                                              assert_trivial=True)
     else:
         l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
@@ -2416,9 +2405,7 @@ def _constexprs(head_dim: int, causal: bool, cfg: Fp8FwdConfig) -> dict:
     if cfg.k_mid_vt and not (cfg.k_after_vt and not cfg.diag_no_transpose):
         raise ValueError("k_mid_vt splits the transpose of k_after_vt's loop: it needs "
                          "k_after_vt=True and diag_no_transpose=False")
-    if cfg.exp_poly not in (0, 2, 4, 8):
-        raise ValueError(f"exp_poly must be 0, 2, 4 or 8 (one score in exp_poly through the "
-                         f"polynomial exp2), got {cfg.exp_poly!r}")
+    check_exp_poly(cfg.exp_poly)
     if cfg.early_q and (not cfg.persistent or cfg.overlap):
         raise ValueError("early_q is for the persistent loop block by block (persistent=True, "
                          "overlap=False)")

@@ -96,8 +96,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 # the timing diagnostic's clock stamps (diag_stamps) are the FP8 kernel's
-from .hopper_fp8_fwd import (_CLOCK, _GTIMER, _SMID, _exp2_mixed, _row_max_tree,
-                             _row_sum_tree, _stamp)
+from .hopper_fp8_fwd import (_CLOCK, _GTIMER, _SMID, _exp2_mixed, _row_tree, _stamp,
+                             check_exp_poly)
 from . import fast_launch as _fl
 
 LOG2E = 1.4426950408889634
@@ -219,16 +219,16 @@ class FwdConfig:
                                     # starts the next without waiting for the others' last
                                     # QK^T (run 66's stamps: ~1600 cycles per tile left at hdim
                                     # 64 causal 1k after q_release_early)
-    # --- session 25 candidate, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-3) ---
+    # --- session 25 candidates, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-5) ---
     row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
-                                    # (hopper_fp8_fwd._row_max_tree), not the reduction's chain
+                                    # (hopper_fp8_fwd._row_tree), not the reduction's chain
                                     # of 31 dependent FMNMX; 2: the row sum too (FADD). Kernel
                                     # SOFTMAX_FMA bits 4-5; with softmax_fma. The sum's tree
                                     # spills 8 B at hdim 64 causal and 4 B at hdim 256 causal
                                     # (CPU), the max's alone nothing
     exp_poly: int = 0               # 0, 2, 4 or 8: one score in exp_poly takes its exp2 on the
                                     # FMA pipe (a degree-3 polynomial, hopper_fp8_fwd's
-                                    # _exp2_mix_asm) instead of MUFU.EX2. At hdim 64 each
+                                    # _exp2_mixed) instead of MUFU.EX2. At hdim 64 each
                                     # consumer warp's 64 exp2 per key block hold its sub-
                                     # partition's MUFU pipe ~512 cycles (4 lanes per clock),
                                     # as long as its QK^T and P V take on the tensor cores
@@ -825,7 +825,7 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
             valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
     if TREE & 1:   # row_tree (session 25): the rows' max (and, TREE & 2, sum) as trees
-        m_new = gl.maximum(m_i, gl.convert_layout(_row_max_tree(qk), m_i.type.layout,
+        m_new = gl.maximum(m_i, gl.convert_layout(_row_tree(qk, True), m_i.type.layout,
                                                   assert_trivial=True))
     else:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1))
@@ -840,7 +840,7 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
         p = _exp2_mixed(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)), EP, 3)
     alpha = gl.exp2(gl.fma(m_i, qk_scale, -m_scaled))
     if TREE & 2:
-        l_i = l_i * alpha + gl.convert_layout(_row_sum_tree(p), m_i.type.layout,
+        l_i = l_i * alpha + gl.convert_layout(_row_tree(p, False), m_i.type.layout,
                                               assert_trivial=True)
     else:
         l_i = l_i * alpha + gl.sum(p, axis=1)
@@ -2737,11 +2737,9 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
 def _softmax_fma_value(cfg: FwdConfig):
     """The kernel's SOFTMAX_FMA with softmax_fma on: True, or 2 with mask_limit; with exp_poly
     or row_tree (session 25) bits 0-1 hold 1, or 2 with mask_limit, bits 2-3 log2(exp_poly), bit
-    4 the tree max and bit 5 the tree sum (row_tree 1 / 2). The rows without them keep their earlier value (and so their compiled
-    kernels)."""
-    if cfg.exp_poly not in (0, 2, 4, 8):
-        raise ValueError(f"exp_poly must be 0, 2, 4 or 8 (one score in exp_poly through the "
-                         f"polynomial exp2), got {cfg.exp_poly!r}")
+    4 the tree max and bit 5 the tree sum (row_tree 1 / 2). The rows without them keep their
+    earlier value (and so their compiled kernels)."""
+    check_exp_poly(cfg.exp_poly)
     if cfg.row_tree not in (0, 1, 2):
         raise ValueError(f"row_tree must be 0, 1 (the row max as a tree) or 2 (max and sum), "
                          f"got {cfg.row_tree!r}")
