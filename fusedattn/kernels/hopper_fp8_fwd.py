@@ -639,7 +639,7 @@ VARIANTS = {
                 "sched_table": True, "mask_split": True, "o_tma": False}, ()),
 }
 # session 25: one score in 2 / 4 / 8 takes its exp2 on the FMA pipe (exp_poly), on hdim 256's
-# rows (pvxc) and hdim 128's 256-key rows (or256n / or256c, below). Not yet run on a GPU
+# rows (pvxc) and hdim 128's 256-key rows (or256n / or256c). Run 101: slower, not adopted
 VARIANTS["ep2"] = (dict(_PERSISTENT_RING, **_EXPECTS, exp_poly=2), (256,))
 VARIANTS["ep4"] = (dict(_PERSISTENT_RING, **_EXPECTS, exp_poly=4), (256,))
 VARIANTS["ep8"] = (dict(_PERSISTENT_RING, **_EXPECTS, exp_poly=8), (256,))
@@ -657,7 +657,7 @@ del _name, _base
 VARIANTS["ep2h"] = (dict(VARIANTS["or256c"][0], exp_poly=2), (128,))
 VARIANTS["ep4h"] = (dict(VARIANTS["or256c"][0], exp_poly=4), (128,))
 # session 25: each row's max as a tree inside the thread (row_tree), alone and with exp_poly 4,
-# on the same rows. Not yet run on a GPU
+# on the same rows. Run 101: 1-15% slower, not adopted
 VARIANTS["rt"] = (dict(_PERSISTENT_RING, **_EXPECTS, row_tree=True), (256,))
 VARIANTS["rtep4"] = (dict(_PERSISTENT_RING, **_EXPECTS, row_tree=True, exp_poly=4), (256,))
 VARIANTS["rth"] = (dict(VARIANTS["or256c"][0], row_tree=True), (128,))

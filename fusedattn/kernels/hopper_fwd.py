@@ -608,11 +608,11 @@ VARIANTS = {
     "aw": ({"kv_release_nb": True, "asm_waits": True}, (128, 256)),
     "no_mlim": ({"mask_limit": False, "q_release_early": False}, (64, 128, 256)),
     # session 25: one score in 4 / 8 takes its exp2 on the FMA pipe (exp_poly), on the shipped
-    # rows. Not yet run on a GPU
+    # rows. Run 101 (hdim 64): slower, not adopted
     "ep4": ({"exp_poly": 4}, (64, 128)),
     "ep8": ({"exp_poly": 8}, (64, 128)),
     # session 25: the rows' max (rtm) or max and sum (rt) as trees inside the thread (row_tree),
-    # alone and with exp_poly 8. Not yet run on a GPU
+    # alone and with exp_poly 8. Run 101 (hdim 64): slower, not adopted
     "rt": ({"row_tree": 2}, (64, 128, 256)),
     "rtep8": ({"row_tree": 2, "exp_poly": 8}, (64, 128)),
     "rtm": ({"row_tree": 1}, (64, 128, 256)),
