@@ -134,6 +134,13 @@ CASES = [
     # session 25 candidate, not yet run on a GPU: the rows' max and sum as trees in the thread
     (64, False, {"variant": "rt"}),
     (64, True, {"variant": "rtm"}),       # the max's tree alone (rt spills 8 B here)
+    # session 26 candidate, not yet run on a GPU: the tile boundary pipelined (cross_tile), on
+    # hdim 128's causal row and, non-causal, on its dynamic form (xt_dyn, the control)
+    (128, True, {"variant": "xt"}),
+    (128, False, {"variant": "xt"}),
+    (128, False, {"variant": "xt_dyn"}),
+    (128, True, {"variant": "xt2"}),      # with two Q buffers (cross_tile 2)
+    (128, False, {"variant": "xt2"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -1014,3 +1021,40 @@ def test_q_per_warpgroup(reports):
             H._check_switch_support(H.get_config(64, True, q_per_warpgroup=True, **bad))
     with pytest.raises(ValueError, match="q_per_warpgroup"):
         H._check_switch_support(H.get_config(128, True, q_per_warpgroup=True))
+
+
+def test_cross_tile(reports):
+    """cross_tile (session 26 candidate xt, _consumer_xt): the next tile's first QK^T issued
+    before this tile's O store and waited after it. The products are the row's plus one more
+    copy of block 0's QK^T per consumer warpgroup (the first tile's, before the loop), none of
+    them serialised by ptxas (the same GMMAs followed by a wait as the row: an in-flight product
+    across a branch merge or the loop's back edge made ptxas serialise all 80), the O store at
+    two sites, no spills; refused outside the dynamic two-consumer rows it was built for."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for causal, row_case in ((True, {}), (False, {"variant": "xt_dyn"})):
+        row = by_case[(128, causal, json.dumps(row_case))]
+        assert not row["config"]["cross_tile"]
+        for name, mode in (("xt", 1), ("xt2", 2)):
+            xt = by_case[(128, causal, json.dumps({"variant": name}))]
+            assert xt["config"]["cross_tile"] == mode
+            assert xt["config"]["scheduler"] == row["config"]["scheduler"] == 1
+            assert xt["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"] + 16
+            assert xt["sass_counts"]["GMMA_WAITED"] == row["sass_counts"]["GMMA_WAITED"]
+            assert xt["sass_counts"]["UTMASTG"] == 2 * row["sass_counts"]["UTMASTG"]
+            assert xt["spill_stores"] == 0 and xt["spill_loads"] == 0
+            if mode == 1:
+                assert xt["shared_bytes"] == row["shared_bytes"]
+            else:  # a second Q tile (32 KB), one more q_bar / q_empty and work-item slot, and
+                # still room for Triton's 1 KB of partition state under the 227 KB limit
+                assert row["shared_bytes"] + 32768 < xt["shared_bytes"] <= 232448 - 1024
+    assert not any(H.get_config(d, c).cross_tile for d in (64, 128, 256) for c in (0, 1))
+    with pytest.raises(ValueError, match="cross_tile"):
+        H._check_switch_support(H.get_config(128, True, cross_tile=3))
+    for bad in (dict(scheduler=0), dict(split_loops=True), dict(wg_bounds=True),
+                dict(pingpong=True), dict(q_release_early=False), dict(overlap=False)):
+        with pytest.raises(ValueError, match="cross_tile"):
+            H._check_switch_support(H.get_config(128, True, cross_tile=True, **bad))
+    for d in (64, 256):
+        with pytest.raises(ValueError, match="cross_tile"):
+            H._check_switch_support(H.get_config(d, True, cross_tile=True))

@@ -92,6 +92,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
     warpgroup_mma,
+    warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 
@@ -219,6 +220,12 @@ class FwdConfig:
                                     # starts the next without waiting for the others' last
                                     # QK^T (run 66's stamps: ~1600 cycles per tile left at hdim
                                     # 64 causal 1k after q_release_early)
+    cross_tile: int = 0             # session 26 candidate, off (QPF_DIAG bits 512 / 1024; the
+                                    # dynamic scheduler's two-consumer rows with the overlap,
+                                    # o_buffer and q_release_early): 1 the next tile's work item
+                                    # and first QK^T issued before this tile's O store
+                                    # (_consumer_xt); 2 the same with two Q buffers, the next
+                                    # tile's Q loaded a tile ahead (v10's producer)
     # --- session 25 candidates, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-5) ---
     row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
                                     # (hopper_fp8_fwd._row_tree), not the reduction's chain
@@ -617,6 +624,15 @@ VARIANTS = {
     "rtep8": ({"row_tree": 2, "exp_poly": 8}, (64, 128)),
     "rtm": ({"row_tree": 1}, (64, 128, 256)),
     "rtmep8": ({"row_tree": 1, "exp_poly": 8}, (64, 128)),
+    # session 26: the tile boundary pipelined (cross_tile, _consumer_xt) on hdim 128's causal
+    # row; non-causal on the same dynamic form (the row there is the static scheduler's)
+    "xt": ({"cross_tile": True, "non_causal": {"scheduler": 1, "q_release_early": True}},
+           (128,)),
+    "xt_dyn": ({"non_causal": {"scheduler": 1, "q_release_early": True}}, (128,)),
+    # the same with two Q buffers (cross_tile 2): the next tile's Q loaded a tile ahead, where
+    # run 104's stamps put the wait for it (xt moved it before the O store, it did not remove it)
+    "xt2": ({"cross_tile": 2, "non_causal": {"scheduler": 1, "q_release_early": True}},
+            (128,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
@@ -624,7 +640,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8", "rtm", "rtmep8"}
+            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -2004,11 +2020,17 @@ def _consumer_dynamic_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
                           DIAG: gl.constexpr = 0, o_half=None,
                           KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
-    _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                      turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
-                      heads, seqlen_q, seqlen_k, qk_scale,
-                      0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, o_half, KOFF, VOFF)
+    if DIAG & 512:  # cross_tile (session 26 candidate)
+        _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                     turn_bars, lse_ptr, o_desc, tile_smem, qk_scale, 0, CAUSAL, BLOCK_M,
+                     BLOCK_N, HEAD_DIM, NUM_STAGES, FMA, DIAG)
+    else:
+        _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                          turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                          heads, seqlen_q, seqlen_k, qk_scale,
+                          0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                          PINGPONG, D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG,
+                          o_half, KOFF, VOFF)
 
 
 @gluon.jit
@@ -2023,11 +2045,17 @@ def _consumer_dynamic_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
                           DIAG: gl.constexpr = 0, o_half=None,
                           KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
-    _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                      turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
-                      heads, seqlen_q, seqlen_k, qk_scale,
-                      1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, o_half, KOFF, VOFF)
+    if DIAG & 512:  # cross_tile (session 26 candidate)
+        _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                     turn_bars, lse_ptr, o_desc, tile_smem, qk_scale, 1, CAUSAL, BLOCK_M,
+                     BLOCK_N, HEAD_DIM, NUM_STAGES, FMA, DIAG)
+    else:
+        _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                          turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                          heads, seqlen_q, seqlen_k, qk_scale,
+                          1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
+                          PINGPONG, D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG,
+                          o_half, KOFF, VOFF)
 
 
 @gluon.jit
@@ -2108,6 +2136,9 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
             q_smem = gl.allocate_shared_memory(dtype, [4] + q_desc.block_type.shape,
                                                q_desc.layout)
         q_load = q_smem
+    elif QPF_DIAG & 1024:  # cross_tile 2: two Q tiles alternating by tile, then O's (index 2)
+        q_smem = gl.allocate_shared_memory(dtype, [3] + q_desc.block_type.shape, q_desc.layout)
+        q_load = q_smem
     elif TMA_STORE == 2:  # Q's tile and O's own tile (v6 o_buffer; the consumers split it)
         q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
         q_load = q_smem.index(0)
@@ -2125,6 +2156,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
         o_half = k_smem
     if TMA_STORE == 3:
         q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    elif QPF_DIAG & 1024:
+        q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     elif QPF_DIAG & 256:  # q_per_warpgroup: one per consumer warpgroup
         q_bar = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     else:
@@ -2135,6 +2168,9 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     kv_empty = gl.allocate_shared_memory(gl.int64, [2 * NUM_STAGES, 1], mbarrier.MBarrierLayout())
     turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     if TMA_STORE == 3:
+        mbarrier.init(q_bar.index(0), count=1)
+        mbarrier.init(q_bar.index(1), count=1)
+    elif QPF_DIAG & 1024:
         mbarrier.init(q_bar.index(0), count=1)
         mbarrier.init(q_bar.index(1), count=1)
     elif QPF_DIAG & 256:
@@ -2165,6 +2201,10 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
             mbarrier.init(q_empty.index(1), count=NUM_CONSUMERS)
             if QPF_DIAG & 1:  # diag_fence_init: the inits (all done by now) before any TMA
                 fence_async_shared()
+        elif QPF_DIAG & 1024:  # cross_tile 2: one per Q buffer, one arrival per warpgroup
+            q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            mbarrier.init(q_empty.index(0), count=NUM_CONSUMERS)
+            mbarrier.init(q_empty.index(1), count=NUM_CONSUMERS)
         elif QPF_DIAG & 256:  # q_per_warpgroup: one per consumer warpgroup, one arrival each
             q_empty = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
             for i in gl.static_range(3):
@@ -2182,6 +2222,9 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
         if DYNAMIC:
             # the current work item (_publish_tile)
             if TMA_STORE == 3:  # one work-item slot per Q buffer
+                tile_smem = gl.allocate_shared_memory(gl.int32, [2, 16],
+                                                      gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            elif QPF_DIAG & 1024:  # cross_tile 2: the same
                 tile_smem = gl.allocate_shared_memory(gl.int32, [2, 16],
                                                       gl.SwizzledSharedLayout(1, 1, 1, [0]))
             elif QPF_DIAG & 256:  # q_per_warpgroup: one slot per consumer warpgroup
@@ -2263,6 +2306,23 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
                         BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG)),
                 ], [1], [PRODUCER_REGS])
+            elif QPF_DIAG & 1024:  # cross_tile 2: v10's producer (two Q buffers)
+                gl.warp_specialize([
+                    (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
+                    (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
+                    (_producer_dynamic_pf, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem,
+                        q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                        num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                        BLOCK_M, BLOCK_N, NUM_STAGES)),
+                ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
             else:
                 gl.warp_specialize([
                     (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
@@ -2368,6 +2428,230 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                 (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready,
                     v_ready, kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES)),
             ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# --------------------------------------------------------------------------------------------
+# Session 26 candidate, off (FwdConfig.cross_tile, QPF_DIAG bit 512): the dynamic scheduler's
+# two-consumer rows with the overlap, o_buffer and q_release_early (hdim 128's causal row) with
+# the tile boundary pipelined. Each warpgroup issues its last P V of tile i, then waits for tile
+# i+1's Q and work item and issues that tile's first QK^T, and only then waits for the P V and
+# runs tile i's epilogue; the next tile's block-0 softmax follows. So the first QK^T and the wait
+# for the next work item run under the epilogue, where in _consumer both warpgroups leave the
+# tensor cores idle between the last P V and the next tile's first softmax (run 79's stamps at
+# hdim 128 causal 1k: gap 360 + Q wait 154 + epilogue 1336 cycles per tile of ~14600).
+# The ring, the producer and the Q release are _consumer's: Q is released after each
+# warpgroup's last QK^T, before its last softmax, and the next tile's Q lands in the same
+# buffer, so no second Q buffer is needed.
+@gluon.jit
+def _xt_rows(m_start, WG: gl.constexpr, M_WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+             row_s: gl.constexpr):
+    rows = m_start + WG * M_WG + gl.arange(0, M_WG, layout=row_s)
+    if HEAD_DIM == 128:  # as in _consumer with q_release_early (a 4 B spill otherwise)
+        rows = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [rows], dtype=gl.int32,
+                                         is_pure=False, pack=1)
+    return rows
+
+
+@gluon.jit
+def _xt_block0(s_acc, c, n_blocks, n_unmasked, rows, seqlen_k, causal_off, qk_scale, kv_empty,
+               q_empty, m_i, l_i, dtype: gl.constexpr, CAUSAL: gl.constexpr,
+               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, s_layout: gl.constexpr,
+               p_layout: gl.constexpr, FMA: gl.constexpr, Q2: gl.constexpr):
+    # block 0 of a tile once its QK^T has completed: K_0 released, Q too if it was the only
+    # QK^T (q_release_early; with two Q buffers, Q2, they are released a tile later), the
+    # softmax (masked at run time, as _consumer's block 0)
+    mbarrier.arrive(kv_empty.index(c % NUM_STAGES), count=1)
+    if not Q2:
+        if n_blocks == 1:
+            mbarrier.arrive(q_empty, count=1)
+    p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off,
+                                         qk_scale, n_unmasked, 2, CAUSAL, BLOCK_N, s_layout, FMA)
+    return gl.convert_layout(p.to(dtype), p_layout), m_i, l_i
+
+
+@gluon.jit
+def _xt_store(out, lse, rows, o_buf, o_desc, lse_ptr, b, h, heads, seqlen_q, m_start,
+              WG: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+              M_WG: gl.constexpr, DIAG: gl.constexpr, stamp_base):
+    # a tile's O through its own buffer and lse (_consumer's o_buffer epilogue); the wait for
+    # this store happens at the next tile's store or at the exit
+    tma.store_wait(0)
+    gl.thread_barrier()
+    o_view = o_buf.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+    o_view.store(out)
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+                                    o_buf.slice(WG * M_WG, M_WG, dim=1))
+    lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
+    if DIAG & 16:  # the stamps own the tile's first 16 lse entries
+        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 16))
+        if WG == 0:
+            _stamp(lse_ptr, stamp_base, 4, _CLOCK)
+    else:
+        gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+
+
+@gluon.jit
+def _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn_bars,
+                 lse_ptr, o_desc, tile_smem, qk_scale,
+                 WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                 BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 FMA: gl.constexpr, DIAG: gl.constexpr):
+    # One loop iteration: blocks 1.. of tile i, its last P V, its normalisation, tile i+1's work
+    # item and first QK^T, tile i's O store under that QK^T, then tile i+1's block-0 softmax.
+    # No product is in flight across the iteration's end or across a branch's merge (ptxas
+    # serialises every wgmma of the kernel otherwise: "insufficient register resources for the
+    # wgmma pipeline"), so the store is written in both branches of "is there a next block 0".
+    # DIAG & 1024 (cross_tile 2, Q2): tile i's Q in buffer i % 2 (q_bar, q_empty and the work
+    # item too, as v10's producer loads them), O in buffer 2; each warpgroup releases the
+    # previous tile's buffer at the start of tile i (v10's schedule, _release_q_buffer's
+    # arrival; O no longer passes through it), so the producer loads Q_{i+1} early in tile i.
+    M_WG: gl.constexpr = BLOCK_M // 2
+    Q2: gl.constexpr = (DIAG & 1024) != 0
+    QREL: gl.constexpr = 0 if Q2 else 128
+    dtype: gl.constexpr = q_smem.dtype
+    if Q2:
+        o_buf = q_smem.index(2)
+    else:
+        o_buf = q_smem.index(1)  # O's own tile (o_buffer), Q's is index 0
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
+
+    c = gl.program_id(0) * 0  # K/V ring counter at the current tile's first block
+    i = gl.program_id(0) * 0  # tiles done: q_bar phase
+    if Q2:
+        mbarrier.wait(q_bar.index(0), 0)
+        more, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k = _read_tile(
+            tile_smem.index(0), 4)
+        q_rel = q_empty.index(0)
+    else:
+        mbarrier.wait(q_bar, 0)
+        more, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k = _read_tile(
+            tile_smem, 4)
+        q_rel = q_empty
+    q = q_smem.index(0).reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+    rows = _xt_rows(m_start, WG, M_WG, HEAD_DIM, row_s)
+    m_i = gl.full([M_WG], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([M_WG], gl.float32, layout=row_s)
+    p_prev = gl.zeros([M_WG, BLOCK_N], dtype, layout=p_layout)
+    stamp_base = (b * heads + h) * seqlen_q + m_start  # diag_stamps
+    if DIAG & 16:
+        if WG == 0:
+            if more != 0:
+                _stamp(lse_ptr, stamp_base, 0, _CLOCK)
+                _stamp(lse_ptr, stamp_base, 1, _CLOCK)
+    if more != 0:
+        if n_blocks > 0:
+            mbarrier.wait(k_ready.index(0), 0)
+            k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+            s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+            p_prev, m_i, l_i = _xt_block0(s_acc, c, n_blocks, n_unmasked, rows, seqlen_k,
+                                          seqlen_k - seqlen_q, qk_scale, kv_empty, q_rel, m_i,
+                                          l_i, dtype, CAUSAL, BLOCK_N, NUM_STAGES, s_layout,
+                                          p_layout, FMA, Q2)
+    while more != 0:
+        causal_off = seqlen_k - seqlen_q
+        if Q2:  # the previous tile's Q buffer (at the first tile: the second buffer, unused)
+            mbarrier.arrive(q_empty.index((i + 1) % 2), count=1)
+        if DIAG & 16:
+            if WG == 0:
+                _stamp(lse_ptr, stamp_base, 2, _CLOCK)
+                _stamp(lse_ptr, stamp_base, 6, _SMID)
+                _stamp(lse_ptr, stamp_base, 7, _GTIMER)
+        acc = gl.zeros([M_WG, HEAD_DIM], gl.float32, layout=o_layout)
+        alpha_o = gl.full([M_WG], 1.0, gl.float32, layout=row_o)
+        for j in range(1, n_blocks):
+            acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
+                alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, c, 0, 2, WG,
+                CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, False, 0, s_layout, row_o, p_layout, FMA,
+                n_unmasked, 0, 0, 0, -1, -1, q_rel, n_blocks, QREL)
+        if not Q2:
+            if n_blocks == 0:
+                mbarrier.arrive(q_empty, count=1)  # (otherwise released after the last QK^T)
+        if n_blocks > 0:
+            jl = c + n_blocks - 1
+            sl = jl % NUM_STAGES
+            acc = acc * gl.expand_dims(alpha_o, 1)
+            mbarrier.wait(v_ready.index(sl), (jl // NUM_STAGES) & 1)
+            v = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
+            o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[o_tok])
+            mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
+        if DIAG & 16:
+            _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
+        # this tile's normalisation: rows that saw no key give 0 and lse = -inf
+        l_o = gl.convert_layout(l_i, row_o)
+        l_safe = gl.where(l_o == 0.0, 1.0, l_o)
+        out = (acc / gl.expand_dims(l_safe, 1)).to(dtype)
+        if FMA:
+            m_i = m_i * qk_scale  # FMA kept the raw-score max
+        lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)
+        # the next tile's work item (the stop signal completes q_bar with more = 0, no load)
+        c_next = c + n_blocks
+        if Q2:
+            sb_n = (i + 1) % 2
+            mbarrier.wait(q_bar.index(sb_n), ((i + 1) // 2) & 1)
+            more_n, b_n, h_n, m_start_n, n_blocks_n, n_unmasked_n, heads_n, sq_n, sk_n = (
+                _read_tile(tile_smem.index(sb_n), 4))
+            q_n = q_smem.index(sb_n).reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+            q_rel_n = q_empty.index(sb_n)
+        else:
+            mbarrier.wait(q_bar, (i + 1) & 1)
+            more_n, b_n, h_n, m_start_n, n_blocks_n, n_unmasked_n, heads_n, sq_n, sk_n = (
+                _read_tile(tile_smem, 4))
+            q_n = q
+            q_rel_n = q_empty
+        rows_n = _xt_rows(m_start_n, WG, M_WG, HEAD_DIM, row_s)
+        stamp_n = (b_n * heads_n + h_n) * sq_n + m_start_n
+        if DIAG & 16:
+            if WG == 0:
+                if more_n != 0:
+                    _stamp(lse_ptr, stamp_n, 0, _CLOCK)
+                    _stamp(lse_ptr, stamp_n, 1, _CLOCK)
+        m_i = gl.full([M_WG], float("-inf"), gl.float32, layout=row_s)
+        l_i = gl.zeros([M_WG], gl.float32, layout=row_s)
+        p_prev = gl.zeros([M_WG, BLOCK_N], dtype, layout=p_layout)
+        if (more_n != 0) & (n_blocks_n > 0):
+            # its first QK^T runs under this tile's store
+            sn = c_next % NUM_STAGES
+            mbarrier.wait(k_ready.index(sn), (c_next // NUM_STAGES) & 1)
+            k_t = k_smem.index(sn).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s_tok = warpgroup_mma(q_n, k_t, s_zero, use_acc=False, is_async=True)
+            _xt_store(out, lse, rows, o_buf, o_desc, lse_ptr, b, h, heads, seqlen_q, m_start,
+                      WG, BLOCK_M, HEAD_DIM, M_WG, DIAG, stamp_base)
+            s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+            p_prev, m_i, l_i = _xt_block0(s_acc, c_next, n_blocks_n, n_unmasked_n, rows_n,
+                                          sk_n, sk_n - sq_n, qk_scale, kv_empty, q_rel_n, m_i,
+                                          l_i, dtype, CAUSAL, BLOCK_N, NUM_STAGES, s_layout,
+                                          p_layout, FMA, Q2)
+        else:
+            _xt_store(out, lse, rows, o_buf, o_desc, lse_ptr, b, h, heads, seqlen_q, m_start,
+                      WG, BLOCK_M, HEAD_DIM, M_WG, DIAG, stamp_base)
+        more = more_n
+        b = b_n
+        h = h_n
+        m_start = m_start_n
+        n_blocks = n_blocks_n
+        n_unmasked = n_unmasked_n
+        heads = heads_n
+        seqlen_q = sq_n
+        seqlen_k = sk_n
+        rows = rows_n
+        stamp_base = stamp_n
+        q = q_n
+        q_rel = q_rel_n
+        c = c_next
+        i += 1
+    tma.store_wait(0)  # the last tile's O store has read its shared memory
 
 # --------------------------------------------------------------------------------------------
 # Non-specialised variant (ablation "without warp specialisation"): one partition of two
@@ -2566,6 +2850,8 @@ def shared_memory_bytes(head_dim: int, cfg: FwdConfig, elem: int = 2) -> int:
         # a second tile of the same size: O's own (o_buffer) or the other Q buffer (q_prefetch);
         # three consumers: the second half of 8 boxes
         q_rows *= 2
+    if cfg.cross_tile == 2:  # Q, Q and O (session 26 candidate)
+        q_rows += cfg.block_m
     if cfg.o_half:
         q_rows += cfg.block_m // 2
     return elem * head_dim * (q_rows + 2 * cfg.num_stages * cfg.block_n)
@@ -2655,6 +2941,19 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     """o_half, o_buffer, q_prefetch and diag_stamps only where the kernel implements them
     (forward and compile_sm90, before any kernel work; scripts/hopper_tile_phases.py asks it
     too)."""
+    # (first: its refusal names it even where another switch's check would also refuse)
+    if cfg.cross_tile not in (0, 1, 2):
+        raise ValueError(f"cross_tile must be 0, 1 or 2, got {cfg.cross_tile!r}")
+    if cfg.cross_tile and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
+                               and cfg.num_consumers == 2 and cfg.overlap and cfg.o_buffer
+                               and cfg.q_release_early and cfg.softmax_fma
+                               and not (cfg.pingpong or cfg.split_loops or cfg.wg_bounds
+                                        or cfg.q_prefetch or cfg.kv_reverse
+                                        or cfg.kv_release_nb or cfg.asm_waits
+                                        or cfg.exp_poly or cfg.row_tree)):
+        raise ValueError("cross_tile: the dynamic scheduler's rows with two consumer warpgroups, "
+                         "the overlap, o_buffer, q_release_early and softmax_fma only (no "
+                         "pingpong, split_loops, wg_bounds or the other loop candidates)")
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
         raise ValueError("o_buffer needs tma_store and persistent")
     # kv_release_nb: the persistent producers (one warp, static or dynamic schedule) and two
@@ -2731,7 +3030,8 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
     if bits and not cfg.q_prefetch:
         raise ValueError("the diag_* switches act only with q_prefetch")
     return (bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse + 64 * cfg.kv_release_nb
-            + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup)
+            + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup
+            + 512 * (cfg.cross_tile >= 1) + 1024 * (cfg.cross_tile == 2))
 
 
 def _softmax_fma_value(cfg: FwdConfig):

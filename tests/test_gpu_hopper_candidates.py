@@ -1,0 +1,61 @@
+"""GPU checks of the 16-bit hopper kernel's candidates that reorder work without changing its
+arithmetic, so their results must equal the row's bit for bit.
+
+Marker ``gpu``: skipped without CUDA (tests/conftest.py); these also need sm_90.
+"""
+import pytest
+import torch
+
+from fusedattn.kernels import hopper_fwd as H
+from fusedattn.reference import attention_oracle
+
+from helpers import max_err, plain_pytorch_attention
+
+pytestmark = pytest.mark.gpu
+
+needs_sm90 = pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)),
+    reason="the hopper kernel needs an sm_90 GPU (H100/H200)")
+
+# (batch, seqlen_q, heads, seqlen_k, kv_heads): more tiles than SMs (programs take several, in
+# the dynamic scheduler's run-dependent order), ragged tails and GQA; seqlen_k < seqlen_q, whose
+# causal tiles include ones with no visible key (rows of zeros, lse -inf); one query
+SHAPES = [(4, 1000, 8, 1500, 2), (3, 700, 4, 300, 4), (2, 1, 2, 129, 1), (1, 4097, 4, 4097, 2)]
+
+
+def _run(cfg, q, k, v, causal):
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"), device="cuda")
+    H.forward(q, k, v, causal, q.shape[-1] ** -0.5, config=cfg, _out=out, _lse=lse)
+    return out, lse
+
+
+@needs_sm90
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("variant", ["xt", "xt2"])
+def test_cross_tile_bitwise_equal_to_its_row(shape, causal, variant):
+    """cross_tile (session 26 candidates xt, and xt2 with two Q buffers): the next tile's first
+    QK^T issued before this tile's O store. The same products, softmax and stores in another
+    order: out and lse equal the row's (causal: the table's row; non-causal: xt_dyn, the same
+    dynamic form without the switch) bit for bit, three launches each; and within the grid's
+    rule of the float64 oracle."""
+    b, sq, h, sk, hk = shape
+    torch.manual_seed(sq + sk)
+    q = torch.randn(b, sq, h, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hk, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    row = H.get_config(128, causal) if causal else H.variant_config("xt_dyn", 128, False)
+    xt = H.variant_config(variant, 128, causal)
+    assert xt.cross_tile and not row.cross_tile
+    ref_out, ref_lse = _run(row, q, k, v, causal)
+    for _ in range(3):
+        out, lse = _run(xt, q, k, v, causal)
+        assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+        assert torch.equal(out, ref_out)
+        assert torch.equal(lse, ref_lse)
+    ro, rl = attention_oracle(q, k, v, causal, 128 ** -0.5)
+    plain, _ = plain_pytorch_attention(q, k, v, causal, 128 ** -0.5)
+    err, base = max_err(out, ro), max_err(plain, ro)
+    assert err <= 2 * base + 2 * max_err(ro.to(q.dtype), ro) + 1e-5
+    assert torch.equal(torch.isinf(lse), torch.isinf(rl))
