@@ -2277,7 +2277,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
                         BLOCK_M, BLOCK_N, NUM_STAGES, QPF_DIAG)),
                 ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
-            elif TMA_STORE == 3:
+            elif (TMA_STORE == 3) or (QPF_DIAG & 1024):  # v10's producer (two Q buffers)
                 gl.warp_specialize([
                     (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
@@ -2306,23 +2306,6 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
                         BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG)),
                 ], [1], [PRODUCER_REGS])
-            elif QPF_DIAG & 1024:  # cross_tile 2: v10's producer (two Q buffers)
-                gl.warp_specialize([
-                    (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
-                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
-                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
-                    (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
-                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
-                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
-                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG)),
-                    (_producer_dynamic_pf, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem,
-                        q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
-                        num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES)),
-                ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
             else:
                 gl.warp_specialize([
                     (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
