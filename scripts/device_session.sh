@@ -4,17 +4,12 @@
 # call that does start has to carry the most important work first). Each step has its own cap
 # under one deadline; full logs under OUT, tarred to OUT.tgz; a short summary and the bars last.
 #     bash scripts/device_session.sh OUT [DEADLINE_S (560)]
-# Session 25's candidates exp_poly (one score in k takes its exp2 on the FMA pipe) and row_tree
-# (each row's max and sum as trees inside the thread), on any card:
-#   0. the FP8 candidates' GPU tests (oracle and emulation, 1 and 2 programs);
-#   1. FP8 at hdim 256 (ep4, rt, rtep4) and 128 (ep4h, rth, rtep4h) through
-#      scripts/device_fp8_variant.sh: checks, sanitizers on causal cases of the two with both
-#      switches, clock stamps (block 2's softmax section), rotated rounds beside the row;
-#   2. 16-bit at hdim 64 (rtm: the row max's tree alone, spill-free; ep8; rtmep8) through
-#      scripts/device_hopper_phases.sh: checks, stamps, rotated rounds beside the row, FA3 and
-#      cuDNN at the cuDNN bar's weak cells;
-# then on an H200 (the card the issues' bars are counted on) the FP8 bench beside FA3-FP8 with
-# what is left (the 16-bit bench needs a call of its own: scripts/device_bars.sh).
+# Session 26's plan (issue #4's 1k cells against cuDNN):
+#   1. the 16-bit rows' stamps at the 1k cells (hdim 128 / 64 / 256 causal, hdim 64 non-causal),
+#      with the Q-release stamps new in session 26 (how long before a tile's end the last
+#      warpgroup released Q, and how long until the SM's next tile had its Q), rounds beside FA3
+#      and cuDNN (scripts/device_hopper_phases.sh with no candidate);
+#   2. both benches (FP8 first, then 16-bit), as run 102, with what is left.
 # FA3's wheel first, as for every side-by-side run (pip install --target /tmp/site .whl/*.whl and
 # /tmp/site on PYTHONPATH).
 set -u
@@ -36,32 +31,18 @@ bench() {  # bench NAME CAP_S ARGS...: the forward bench under the cap (--time-b
     python3 scripts/bench_bars.py "$out/$name/results.json" > "$out/bars-$name.md" 2>&1
   fi
 }
-variant() {  # FP8: exp_poly 4, row_tree and both, at hdim 256 (ep4, rt, rtep4) and on hdim 128's
-  # 256-key rows (ep4h, rth, rtep4h); the sanitizers on the two with both switches (register
-  # arithmetic only: no new memory access in either switch)
-  local c; c=$(cap 300)
-  if [ "$c" -lt 150 ]; then summary+=("ep fp8: skipped (time)"); return 99; fi
-  step ep8 "$c" env DEV_CAP=130 ROUNDS_CAP=110 SAN_CAUSAL=1 SAN_ONLY="rtep4 rtep4h" \
-    bash scripts/device_fp8_variant.sh "$out/ep8" ep4,rt,rtep4,ep4h,rth,rtep4h \
-    "256,0,8192;256,1,2048;128,0,8192;128,1,2048" $(( c - 10 ))
-}
-variant16() {  # exp_poly at hdim 64 16-bit: the cuDNN bar's misses (1k) and a long cell
-  local c; c=$(cap 220)
-  if [ "$c" -lt 120 ]; then summary+=("ep 16-bit: skipped (time)"); return 99; fi
-  step ep16 "$c" env HP_CELLS="64,0,1024;64,1,1024;64,0,8192" PRECOMPILE_CAP=90 \
-    PHASES_CAP=110 bash scripts/device_hopper_phases.sh "$out/ep16" "rtm ep8 rtmep8" $(( c - 5 ))
+phases1k() {  # the rows' stamps and rounds at the 1k cells (no candidate)
+  local c; c=$(cap 200)
+  if [ "$c" -lt 100 ]; then summary+=("phases 1k: skipped (time)"); return 99; fi
+  step ph1k "$c" env HP_CELLS="128,1,1024;64,1,1024;256,1,1024;64,0,1024" PRECOMPILE_CAP=60 \
+    PHASES_CAP=150 bash scripts/device_hopper_phases.sh "$out/ph1k" "" $(( c - 5 ))
 }
 
-step cand_tests 70 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_fp8.py \
-  -k softmax_candidates
-variant
-variant16
-if grep -q H200 "$out/smi.txt"; then
-  bench b8 "$(left)" --hdims 128,256 --backends hopper-fp8,hopper-e2e-fp8,fa3-fp8
-fi
+phases1k
+bench b8 190 --hdims 128,256 --backends hopper-fp8,hopper-e2e-fp8,fa3-fp8
+bench b16 "$(left)" --hdims 64,128,256 --backends hopper,fa3,sdpa-cudnn
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
-grep -v '^ *$' "$out/ep8.log" 2>/dev/null | grep -v '^| \(64\|128\) ' | tail -n 45
-grep -v '^ *$' "$out/ep16.log" 2>/dev/null | tail -n 30
+grep -v '^ *$' "$out/ph1k.log" 2>/dev/null | tail -n 30
 tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")"
 cat "$out"/bars-*.md 2>/dev/null

@@ -5,6 +5,9 @@ _diagnostic=True; the persistent rows with two consumer warpgroups, and the hdim
 with the dynamic scheduler). Per tile, cycles of the tile's SM: consumer warpgroup 0's thread 0 at
 0 entry, 1 Q arrived, 2 block 0's softmax done (overlapped rows only), 3 its last P V done,
 4 epilogue issued; 6 SM id, 7 global timer; warpgroup 1's thread 0 at 5 (its last P V done).
+With q_release_early, each warpgroup's thread 0 at 8 + WG when it released Q (session 26): the
+report adds how long before the epilogue's end the last warpgroup released Q, and how long after
+that the SM's next tile had its Q (the producer's publish and the Q load).
 Reported per cell and configuration (medians over tiles): the gap between a tile's end (4) and the
 same program's next tile entry (0), the Q wait (in the dynamic scheduler's rows, the causal ones,
 the consumers wait for the next Q and its work item before the tile's entry stamp, so their Q
@@ -106,11 +109,11 @@ def phases(cfg, q, k, v, causal, d):
     _, lse = H.forward(q, k, v, causal, d ** -0.5, config=scfg, _diagnostic=True)
     torch.cuda.synchronize()
     bm, bn = cfg.block_m, cfg.block_n
-    n_m = -(-s // bm)   # m-tiles per (batch, head); each tile's stamps: its first 16 lse entries
+    n_m = -(-s // bm)   # m-tiles per (batch, head); each tile's stamps: its first 32 lse entries
     rows = (torch.arange(n_m, device=lse.device)[:, None] * bm
-            + torch.arange(16, device=lse.device)[None, :]).reshape(-1)
-    st = lse.view(b * h, s)[:, rows].reshape(b * h, n_m, 16).contiguous()
-    st = st.view(torch.int64).reshape(-1, 8).cpu().tolist()
+            + torch.arange(32, device=lse.device)[None, :]).reshape(-1)
+    st = lse.view(b * h, s)[:, rows].reshape(b * h, n_m, 32).contiguous()
+    st = st.view(torch.int64).reshape(-1, 16).cpu().tolist()
     nblk = []
     for _ in range(b * h):
         for m in range(n_m):
@@ -120,10 +123,18 @@ def phases(cfg, q, k, v, causal, d):
     for i, r in enumerate(st):
         by_sm.setdefault(r[6], []).append((r[0], i))
     gaps = []
+    rel_to_end, rel_to_next_q = [], []   # q_release_early's stamps (slots 8 + WG, session 26)
+    nc = cfg.num_consumers if cfg.num_consumers in (2, 3) else 2
     for lst in by_sm.values():
         lst.sort()
         for (_, a), (_, c) in zip(lst, lst[1:]):
             gaps.append(st[c][0] - st[a][4])
+            if cfg.q_release_early:
+                ra = st[a]
+                rel = [ra[8 + w] for w in range(nc)]
+                if all(ra[0] <= x <= ra[4] for x in rel):   # (a tile without the release: none)
+                    rel_to_end.append(ra[4] - max(rel))
+                    rel_to_next_q.append(st[c][1] - max(rel))
     med = statistics.median
     overlap = cfg.overlap
     loop_pb = [(r[3] - (r[2] if overlap else r[1])) / (n - 1 if overlap else n)
@@ -137,6 +148,10 @@ def phases(cfg, q, k, v, causal, d):
     fixed = [(r[4] - r[0] - n * rec["loop_per_block"]) / rec["loop_per_block"]
              for r, n in zip(st, nblk)]
     rec["fixed_in_blocks"] = med(fixed) + rec["gap"] / rec["loop_per_block"]
+    # the last warpgroup's Q release: how long before the tile's epilogue was issued, and how long
+    # until the SM's next tile had its Q (the producer's publish and the load)
+    rec["q_release_to_end"] = med(rel_to_end) if rel_to_end else None
+    rec["q_release_to_next_q"] = med(rel_to_next_q) if rel_to_next_q else None
     return rec, st
 
 
@@ -271,7 +286,10 @@ def main():
                       f"gap {p['gap']:.0f} | Q wait {p['q_wait']:.0f} | block0 {bz} | "
                       f"loop {p['loop_per_block']:.0f}/block | wg1-wg0 {p['wg1_minus_wg0']:.0f} | "
                       f"epilogue {p['epilogue']:.0f} | tile {p['tile']:.0f} | "
-                      f"fixed {p['fixed_in_blocks']:.2f} blocks", flush=True)
+                      f"fixed {p['fixed_in_blocks']:.2f} blocks"
+                      + (f" | Q released {p['q_release_to_end']:.0f} before the epilogue's "
+                         f"end, next Q in {p['q_release_to_next_q']:.0f}"
+                         if p["q_release_to_end"] is not None else ""), flush=True)
         order = list(fns)
         for n in order:
             fns[n]()

@@ -185,7 +185,7 @@ class FwdConfig:
     # rows with two consumer warpgroups, or three with the dynamic scheduler
     # (_check_switch_support); forward() runs it only with _diagnostic=True (it overwrites lse) ---
     diag_stamps: bool = False       # SM clock stamps of each tile's phases over the tile's first
-                                    # 16 lse entries (scripts/hopper_tile_phases.py reads them)
+                                    # 32 lse entries (scripts/hopper_tile_phases.py reads them)
     mask_limit: bool = False        # session 12 candidate, off (with softmax_fma; kernel
                                     # SOFTMAX_FMA == 2): the masked blocks' test in FA3's form,
                                     # one compare per score against a per-row limit
@@ -1012,12 +1012,14 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
                   row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
                   REV: gl.constexpr = 0, n_rev=0, NB: gl.constexpr = 0,
                   KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1,
-                  q_rel=None, j_end=0, QREL: gl.constexpr = 0):
+                  q_rel=None, j_end=0, QREL: gl.constexpr = 0, lse_ptr=None, stamp_base=0,
+                  STAMP: gl.constexpr = 0):
     # one steady-state iteration of _consumer's overlapped loop: QK^T of block j and P V of block
     # j - 1 in flight together. MASK: False / True, or 2: masked iff j >= n_unmasked (one loop
     # over every block; False / True serve the v8 split loops). REV (kv_reverse): step j of the
     # ring holds key block n_rev - 1 - j (its columns for the mask). QREL (q_release_early): at
-    # step j_end - 1 Q is released (q_rel) once its QK^T has completed, before the softmax
+    # step j_end - 1 Q is released (q_rel) once its QK^T has completed, before the softmax;
+    # STAMP (diag_stamps): the SM clock then in slot 8 + WG of the tile's stamps
     s = (kv_base + j) % NUM_STAGES
     sp = (kv_base + j - 1) % NUM_STAGES
     if KOFF >= 0:  # asm_waits: K_ready / V_ready at these shared-memory offsets (_asm_wait)
@@ -1046,6 +1048,8 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
     if QREL:
         if j + 1 == j_end:
             mbarrier.arrive(q_rel, count=1)  # the warpgroup's last QK^T has read Q
+            if STAMP:
+                _stamp(lse_ptr, stamp_base, 8 + WG, _CLOCK)
     if REV:
         jb = n_rev - 1 - j
     else:
@@ -1070,10 +1074,11 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
                 BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
                 PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
                 row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
-                q_rel=None, j_end=0, QREL: gl.constexpr = False):
+                q_rel=None, j_end=0, QREL: gl.constexpr = False, lse_ptr=None, stamp_base=0,
+                STAMP: gl.constexpr = 0):
     # one iteration of _consumer's block-by-block loop; MASK as in _overlap_step. QREL
     # (q_release_early): at block j_end - 1 (the warpgroup's last) Q is released (q_rel) as soon
-    # as its QK^T has completed
+    # as its QK^T has completed (STAMP: the SM clock then in slot 8 + WG, as _overlap_step)
     s = (kv_base + j) % NUM_STAGES
     ph = ((kv_base + j) // NUM_STAGES) & 1
     mbarrier.wait(k_ready.index(s), ph)
@@ -1090,6 +1095,8 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
     if QREL:
         if j + 1 == j_end:
             mbarrier.arrive(q_rel, count=1)  # this warpgroup's last QK^T has read Q
+            if STAMP:
+                _stamp(lse_ptr, stamp_base, 8 + WG, _CLOCK)
     p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
                                          n_unmasked, MASK, CAUSAL, BLOCK_N, s_layout, FMA)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
@@ -1132,9 +1139,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     turn mbarriers (unused without pingpong) order it: turn_bars[0] "warpgroup 0's store has read
     it", turn_bars[1] "warpgroup 1's has". q_phase (the program's tile count & 1) gives the phases.
     DIAG: the QPF_DIAG bits of the kernel (FwdConfig.diag_*); bit 16 (diag_stamps) writes SM
-    clock stamps of the tile's phases as int64 over its first 16 lse entries: warpgroup 0's
+    clock stamps of the tile's phases as int64 over its first 32 lse entries: warpgroup 0's
     thread 0 at 0 entry, 1 Q arrived, 2 block 0's softmax done, 3 last P V done, 4 epilogue
-    issued, 6 SM id, 7 global timer; warpgroup 1's at 5 last P V done.
+    issued, 6 SM id, 7 global timer; warpgroup 1's at 5 last P V done; with q_release_early
+    each warpgroup's at 8 + WG when it released Q (session 26).
     Returns the counters after the tile.
     """
     M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
@@ -1236,6 +1244,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             if QREL:
                 if n_blocks == 1:
                     mbarrier.arrive(q_empty, count=1)  # the only QK^T has read Q
+                    if DIAG & 16:
+                        _stamp(lse_ptr, stamp_base, 8 + WG, _CLOCK)
             if DIAG & 32:
                 # kv_reverse: the first step holds the last key block (causal: the diagonal),
                 # masked (exact for a fully visible block)
@@ -1263,14 +1273,16 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF,
-                    q_empty, n_blocks, QREL)
+                    q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
             for j in range(gl.maximum(n_unmasked, 1), n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF,
-                    q_empty, n_blocks, QREL)
+                    q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
         if DIAG & 32:
             # kv_reverse: steps 1 .. n_blocks - n_unmasked - 1 hold the other masked blocks
             # (none when seqlen_q == seqlen_k and BLOCK_M == BLOCK_N), the rest unmasked ones
@@ -1280,14 +1292,16 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
-                    VOFF, q_empty, n_blocks, QREL)
+                    VOFF, q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
             for j in range(gl.maximum(n_blocks - n_unmasked, 1), n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
-                    VOFF, q_empty, n_blocks, QREL)
+                    VOFF, q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
         # steady state: QK^T of block j and P V of block j-1 in flight together
         if not SPLIT and not (DIAG & 32):
             for j in range(1, n_blocks):
@@ -1296,7 +1310,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, 2, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked, 0, 0, DIAG & 64, KOFF,
-                    VOFF, q_empty, n_blocks, QREL)
+                    VOFF, q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
         if PERSISTENT:
             if TMA_STORE != 1:
                 if TMA_STORE != 3:
@@ -1340,20 +1355,23 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i,
                     s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base, False, WG,
                     CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG, PP_MODE, s_layout, row_o,
-                    p_layout, FMA, 0, q_empty, n_blocks, QREL)
+                    p_layout, FMA, 0, q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
             for j in range(gl.maximum(n_unmasked, 0), n_blocks):
                 acc, m_i, l_i = _plain_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i,
                     s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base, True, WG,
                     CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG, PP_MODE, s_layout, row_o,
-                    p_layout, FMA, 0, q_empty, n_blocks, QREL)
+                    p_layout, FMA, 0, q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
         if not SPLIT:
             for j in range(n_blocks):
                 acc, m_i, l_i = _plain_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i,
                     s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base, 2, WG,
                     CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG, PP_MODE, s_layout, row_o,
-                    p_layout, FMA, n_unmasked, q_empty, n_blocks, QREL)
+                    p_layout, FMA, n_unmasked, q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
         if PP_MODE != 0:
             if n_blocks > 0:
                 _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
@@ -1460,8 +1478,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < D_REAL, 0)
         gl.store(o_ptrs, out.to(dtype), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
-    if DIAG & 16:  # the stamps own the tile's first 16 lse entries
-        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 16))
+    if DIAG & 16:  # the stamps own the tile's first 32 lse entries
+        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 32))
         if WG == 0:
             _stamp(lse_ptr, stamp_base, 4, _CLOCK)
     else:
@@ -2467,8 +2485,8 @@ def _xt_store(out, lse, rows, o_buf, o_desc, lse_ptr, b, h, heads, seqlen_q, m_s
     tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
                                     o_buf.slice(WG * M_WG, M_WG, dim=1))
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
-    if DIAG & 16:  # the stamps own the tile's first 16 lse entries
-        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 16))
+    if DIAG & 16:  # the stamps own the tile's first 32 lse entries
+        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 32))
         if WG == 0:
             _stamp(lse_ptr, stamp_base, 4, _CLOCK)
     else:
@@ -2556,7 +2574,8 @@ def _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_em
                 j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                 alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, c, 0, 2, WG,
                 CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, False, 0, s_layout, row_o, p_layout, FMA,
-                n_unmasked, 0, 0, 0, -1, -1, q_rel, n_blocks, QREL)
+                n_unmasked, 0, 0, 0, -1, -1, q_rel, n_blocks, QREL, lse_ptr, stamp_base,
+                DIAG & 16)
         if not Q2:
             if n_blocks == 0:
                 mbarrier.arrive(q_empty, count=1)  # (otherwise released after the last QK^T)
