@@ -33,9 +33,10 @@ grep -o "__shared__ 0x[0-9a-f]*" "$out/racecheck.log" 2>/dev/null | sort | uniq 
 step synccheck 60 $CS --tool synccheck python3 scripts/racecheck_case.py 128 1 "$san"
 # the full racecheck log runs to ~100 MB: keep its head and the addresses' counts
 head -60 "$out/racecheck.log" > "$out/racecheck-head.log"; rm -f "$out/racecheck.log"
-step phases "$(cap 260)" env HP_CELLS="128,1,1024;128,1,2048;128,0,1024" PRECOMPILE_CAP=60 \
+c=$(cap 260)   # the inner deadline inside this step's cap
+step phases "$c" env HP_CELLS="128,1,1024;128,1,2048;128,0,1024" PRECOMPILE_CAP=60 \
   PHASES_CAP=180 bash scripts/device_hopper_phases.sh "$out/ph" "${XT_VARIANTS:-xt2 xt xt_dyn}" \
-  $(( $(left) - 5 ))
+  $(( c - 5 ))
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
 grep -h "passed\|failed" "$out/bitwise.log" | tail -3

@@ -21,7 +21,8 @@ for v in $vars; do
   if [ $? = 0 ] && ! grep -q "(False" "$out/check_$v.log"; then passed+=("$v"); fi
 done
 summary+=("candidates that passed their checks: ${passed[*]:-none}")
-step phases "${PHASES_CAP:-400}" python3 scripts/hopper_tile_phases.py "$out/phases" "${passed[@]}"
+step phases "${PHASES_CAP:-400}" python3 scripts/hopper_tile_phases.py "$out/phases" \
+  ${passed[@]+"${passed[@]}"}   # (no candidate: the rows alone)
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
 grep -h "FAILED" "$out/precompile.log" | head -5

@@ -6,8 +6,9 @@ with the dynamic scheduler). Per tile, cycles of the tile's SM: consumer warpgro
 0 entry, 1 Q arrived, 2 block 0's softmax done (overlapped rows only), 3 its last P V done,
 4 epilogue issued; 6 SM id, 7 global timer; warpgroup 1's thread 0 at 5 (its last P V done).
 With q_release_early, each warpgroup's thread 0 at 8 + WG when it released Q (session 26): the
-report adds how long before the epilogue's end the last warpgroup released Q, and how long after
-that the SM's next tile had its Q (the producer's publish and the Q load).
+report adds how long before warpgroup 0's epilogue was issued the last warpgroup released Q, and
+how long after that warpgroup 0 of the SM's next tile saw its Q (an upper bound of the producer's
+publish and the Q load; equal to it when warpgroup 0 waited for Q).
 Reported per cell and configuration (medians over tiles): the gap between a tile's end (4) and the
 same program's next tile entry (0), the Q wait (in the dynamic scheduler's rows, the causal ones,
 the consumers wait for the next Q and its work item before the tile's entry stamp, so their Q
@@ -106,7 +107,9 @@ def phases(cfg, q, k, v, causal, d):
     scfg = replace(cfg, diag_stamps=True)
     for _ in range(20):   # warm, at the power-limited clock
         H.forward(q, k, v, causal, d ** -0.5, config=scfg, _diagnostic=True)
-    _, lse = H.forward(q, k, v, causal, d ** -0.5, config=scfg, _diagnostic=True)
+    # zeros: a slot no thread stamps reads 0 (the Q-release slots of a tile without a release)
+    lse = torch.zeros((b, h, s), device=q.device, dtype=torch.float32)
+    H.forward(q, k, v, causal, d ** -0.5, config=scfg, _diagnostic=True, _lse=lse)
     torch.cuda.synchronize()
     bm, bn = cfg.block_m, cfg.block_n
     n_m = -(-s // bm)   # m-tiles per (batch, head); each tile's stamps: its first 32 lse entries
@@ -132,7 +135,10 @@ def phases(cfg, q, k, v, causal, d):
             if cfg.q_release_early:
                 ra = st[a]
                 rel = [ra[8 + w] for w in range(nc)]
-                if all(ra[0] <= x <= ra[4] for x in rel):   # (a tile without the release: none)
+                # every warpgroup stamped its release within this tile (0: a tile without one,
+                # e.g. no key block for a warpgroup; the last warpgroup may release after
+                # warpgroup 0's epilogue, so the bound is the next tile's Q)
+                if all(ra[0] <= x <= st[c][1] for x in rel):
                     rel_to_end.append(ra[4] - max(rel))
                     rel_to_next_q.append(st[c][1] - max(rel))
     med = statistics.median
@@ -148,8 +154,10 @@ def phases(cfg, q, k, v, causal, d):
     fixed = [(r[4] - r[0] - n * rec["loop_per_block"]) / rec["loop_per_block"]
              for r, n in zip(st, nblk)]
     rec["fixed_in_blocks"] = med(fixed) + rec["gap"] / rec["loop_per_block"]
-    # the last warpgroup's Q release: how long before the tile's epilogue was issued, and how long
-    # until the SM's next tile had its Q (the producer's publish and the load)
+    # the last warpgroup's Q release: how long before warpgroup 0's epilogue was issued, and how
+    # long until warpgroup 0 of the SM's next tile saw its Q (stamp 1, after its epilogue and
+    # the wait for q_bar): an upper bound of the producer's publish and the Q load, equal to it
+    # when warpgroup 0 waited for Q
     rec["q_release_to_end"] = med(rel_to_end) if rel_to_end else None
     rec["q_release_to_next_q"] = med(rel_to_next_q) if rel_to_next_q else None
     return rec, st
@@ -287,8 +295,8 @@ def main():
                       f"loop {p['loop_per_block']:.0f}/block | wg1-wg0 {p['wg1_minus_wg0']:.0f} | "
                       f"epilogue {p['epilogue']:.0f} | tile {p['tile']:.0f} | "
                       f"fixed {p['fixed_in_blocks']:.2f} blocks"
-                      + (f" | Q released {p['q_release_to_end']:.0f} before the epilogue's "
-                         f"end, next Q in {p['q_release_to_next_q']:.0f}"
+                      + (f" | Q released {p['q_release_to_end']:.0f} before the epilogue, "
+                         f"next Q seen {p['q_release_to_next_q']:.0f} after the release"
                          if p["q_release_to_end"] is not None else ""), flush=True)
         order = list(fns)
         for n in order:

@@ -3134,10 +3134,10 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     if cfg.diag_stamps and not (_diagnostic or _warmup or _key_only):
         raise ValueError("diag_stamps is a timing diagnostic that overwrites lse; forward() runs "
                          "it only with _diagnostic=True")
-    if cfg.diag_stamps and (seqlen_q % 2 or 0 < seqlen_q % cfg.block_m < 16):
-        # a tile's 8 int64 stamps need 16 rows of lse of its own, 8-byte aligned
+    if cfg.diag_stamps and (seqlen_q % 2 or 0 < seqlen_q % cfg.block_m < 32):
+        # a tile's 16 int64 stamp slots need 32 rows of lse of its own, 8-byte aligned
         raise ValueError(f"diag_stamps needs an even seqlen_q whose last tile of {cfg.block_m} "
-                         f"rows has at least 16; got {seqlen_q}")
+                         f"rows has at least 32; got {seqlen_q}")
     _check_switch_support(cfg)
     if cfg.q_prefetch and causal and cfg.num_consumers == 3 and _REFUSE_QPF_CAUSAL_3WG:
         # device run 17 (scripts/qpf_diag.py): wrong values (max error 2.7) at 2 x 1000 x 4
