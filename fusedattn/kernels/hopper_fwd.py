@@ -626,7 +626,7 @@ VARIANTS = {
     "rtmep8": ({"row_tree": 1, "exp_poly": 8}, (64, 128)),
     # session 26: the tile boundary pipelined (cross_tile, _consumer_xt) on hdim 128's causal
     # row; non-causal on the same dynamic form (the row there is the static scheduler's)
-    "xt": ({"cross_tile": True, "non_causal": {"scheduler": 1, "q_release_early": True}},
+    "xt": ({"cross_tile": 1, "non_causal": {"scheduler": 1, "q_release_early": True}},
            (128,)),
     "xt_dyn": ({"non_causal": {"scheduler": 1, "q_release_early": True}}, (128,)),
     # the same with two Q buffers (cross_tile 2): the next tile's Q loaded a tile ahead, where
@@ -2454,6 +2454,27 @@ def _xt_rows(m_start, WG: gl.constexpr, M_WG: gl.constexpr, HEAD_DIM: gl.constex
 
 
 @gluon.jit
+def _xt_tile(q_smem, q_bar, q_empty, tile_smem, i, WG: gl.constexpr, M_WG: gl.constexpr,
+             BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, Q2: gl.constexpr):
+    # the program's tile i once its q_bar completed: the work item (_read_tile's nine values),
+    # this warpgroup's Q rows and the barrier that releases them; Q2 (two Q buffers): buffer i % 2
+    if Q2:
+        sb = i % 2
+        mbarrier.wait(q_bar.index(sb), (i // 2) & 1)
+        slot = tile_smem.index(sb)
+        more, b, h, m_start, n_blocks, n_unmasked, heads, sq, sk = _read_tile(slot, 4)
+        q_box = q_smem.index(sb)
+        q_rel = q_empty.index(sb)
+    else:
+        mbarrier.wait(q_bar, i & 1)
+        more, b, h, m_start, n_blocks, n_unmasked, heads, sq, sk = _read_tile(tile_smem, 4)
+        q_box = q_smem.index(0)
+        q_rel = q_empty
+    q = q_box.reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+    return more, b, h, m_start, n_blocks, n_unmasked, heads, sq, sk, q, q_rel
+
+
+@gluon.jit
 def _xt_block0(s_acc, c, n_blocks, n_unmasked, rows, seqlen_k, causal_off, qk_scale, kv_empty,
                q_empty, m_i, l_i, dtype: gl.constexpr, CAUSAL: gl.constexpr,
                BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, s_layout: gl.constexpr,
@@ -2527,17 +2548,8 @@ def _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_em
 
     c = gl.program_id(0) * 0  # K/V ring counter at the current tile's first block
     i = gl.program_id(0) * 0  # tiles done: q_bar phase
-    if Q2:
-        mbarrier.wait(q_bar.index(0), 0)
-        more, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k = _read_tile(
-            tile_smem.index(0), 4)
-        q_rel = q_empty.index(0)
-    else:
-        mbarrier.wait(q_bar, 0)
-        more, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k = _read_tile(
-            tile_smem, 4)
-        q_rel = q_empty
-    q = q_smem.index(0).reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
+    (more, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k, q,
+     q_rel) = _xt_tile(q_smem, q_bar, q_empty, tile_smem, i, WG, M_WG, BLOCK_M, HEAD_DIM, Q2)
     rows = _xt_rows(m_start, WG, M_WG, HEAD_DIM, row_s)
     m_i = gl.full([M_WG], float("-inf"), gl.float32, layout=row_s)
     l_i = gl.zeros([M_WG], gl.float32, layout=row_s)
@@ -2599,19 +2611,9 @@ def _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_em
         lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)
         # the next tile's work item (the stop signal completes q_bar with more = 0, no load)
         c_next = c + n_blocks
-        if Q2:
-            sb_n = (i + 1) % 2
-            mbarrier.wait(q_bar.index(sb_n), ((i + 1) // 2) & 1)
-            more_n, b_n, h_n, m_start_n, n_blocks_n, n_unmasked_n, heads_n, sq_n, sk_n = (
-                _read_tile(tile_smem.index(sb_n), 4))
-            q_n = q_smem.index(sb_n).reshape([BLOCK_M, HEAD_DIM]).slice(WG * M_WG, M_WG, dim=0)
-            q_rel_n = q_empty.index(sb_n)
-        else:
-            mbarrier.wait(q_bar, (i + 1) & 1)
-            more_n, b_n, h_n, m_start_n, n_blocks_n, n_unmasked_n, heads_n, sq_n, sk_n = (
-                _read_tile(tile_smem, 4))
-            q_n = q
-            q_rel_n = q_empty
+        (more_n, b_n, h_n, m_start_n, n_blocks_n, n_unmasked_n, heads_n, sq_n, sk_n, q_n,
+         q_rel_n) = _xt_tile(q_smem, q_bar, q_empty, tile_smem, i + 1, WG, M_WG, BLOCK_M,
+                             HEAD_DIM, Q2)
         rows_n = _xt_rows(m_start_n, WG, M_WG, HEAD_DIM, row_s)
         stamp_n = (b_n * heads_n + h_n) * sq_n + m_start_n
         if DIAG & 16:
