@@ -160,7 +160,44 @@ def phases(cfg, q, k, v, causal, d):
     # when warpgroup 0 waited for Q
     rec["q_release_to_end"] = med(rel_to_end) if rel_to_end else None
     rec["q_release_to_next_q"] = med(rel_to_next_q) if rel_to_next_q else None
+    rec["producer"] = producer_phases(st, by_sm, cfg.q_release_early, nc)
     return rec, st
+
+
+def producer_phases(st, by_sm, q_release_early, nc=2):
+    """The dynamic scheduler's producer stamps (session 27; slots 12-14 of a tile: 13 the
+    producer at the tile's top with its id known, 12 once Q's buffer was free and the Q load
+    follows, 14 after the tile's last K/V load was issued), medians over consecutive tiles a, c
+    of one SM (None where the producer does not stamp, e.g. the static scheduler):
+    kv_end_before_epilogue  the tile's last K/V load issued, before warpgroup 0's epilogue of a;
+    next_id                 from that to the producer's top of c (the atomic's round trip and
+                            the work item's arithmetic; with early_fetch only the arithmetic);
+    q_buffer_wait           from c's top until Q's buffer was free;
+    free_after_release      that moment after the last warpgroup's release of a's Q (q_release
+                            early rows; a lower bound of the release's visibility);
+    q_seen_after_free       warpgroup 0's stamp 1 of c after the buffer was free (the Q load,
+                            publish and warpgroup 0's own wait; an upper bound of the load);
+    free_after_epilogue     the buffer free after warpgroup 0's epilogue of a (negative: before)."""
+    keys = ("kv_end_before_epilogue", "next_id", "q_buffer_wait", "free_after_release",
+            "q_seen_after_free", "free_after_epilogue")
+    acc = {k: [] for k in keys}
+    for lst in by_sm.values():
+        lst = sorted(lst)
+        for (_, a), (_, c) in zip(lst, lst[1:]):
+            ra, rc = st[a], st[c]
+            if not (ra[14] and rc[13] and rc[12]):
+                continue
+            acc["kv_end_before_epilogue"].append(ra[4] - ra[14])
+            acc["next_id"].append(rc[13] - ra[14])
+            acc["q_buffer_wait"].append(rc[12] - rc[13])
+            acc["q_seen_after_free"].append(rc[1] - rc[12])
+            acc["free_after_epilogue"].append(rc[12] - ra[4])
+            rel = [ra[8 + w] for w in range(nc)]
+            if q_release_early and all(ra[0] <= x <= rc[1] for x in rel):
+                acc["free_after_release"].append(rc[12] - max(rel))
+    if not acc["next_id"]:
+        return None
+    return {k: (statistics.median(v) if v else None) for k, v in acc.items()}
 
 
 def _cell_tensors(d, s):
@@ -298,6 +335,17 @@ def main():
                       + (f" | Q released {p['q_release_to_end']:.0f} before the epilogue, "
                          f"next Q seen {p['q_release_to_next_q']:.0f} after the release"
                          if p["q_release_to_end"] is not None else ""), flush=True)
+                if p.get("producer"):
+                    pp = p["producer"]
+                    fr = pp["free_after_release"]
+                    print(f"d{d} c{int(causal)} s{s} {n} producer: last K/V issued "
+                          f"{pp['kv_end_before_epilogue']:.0f} before the epilogue | next id "
+                          f"{pp['next_id']:.0f} after it | Q buffer wait "
+                          f"{pp['q_buffer_wait']:.0f} | free {pp['free_after_epilogue']:.0f} "
+                          f"after the epilogue"
+                          + (f" ({fr:.0f} after the release)" if fr is not None else "")
+                          + f" | Q seen {pp['q_seen_after_free']:.0f} after the free",
+                          flush=True)
         order = list(fns)
         for n in order:
             fns[n]()

@@ -58,3 +58,31 @@ def test_cross_tile_bitwise_equal_to_its_row(shape, causal, variant):
     plain, _ = plain_pytorch_attention(q, k, v, causal, 128 ** -0.5)
     check_grid_rule("out", out, plain, ro, q.dtype)
     assert torch.equal(torch.isinf(lse), torch.isinf(rl))
+
+
+@needs_sm90
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_early_fetch_bitwise_equal_to_its_row(shape, head_dim):
+    """early_fetch (session 27 candidate ef, the causal rows' dynamic scheduler): the next
+    tile's id is fetched at the start of a tile instead of after its last K/V load. Each tile
+    is computed as before, only possibly on another SM: out and lse equal the row's bit for bit,
+    three launches each; and within the grid's rule of the float64 oracle."""
+    b, sq, h, sk, hk = shape
+    torch.manual_seed(sq + sk + head_dim)
+    q = torch.randn(b, sq, h, head_dim, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hk, head_dim, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    row = H.get_config(head_dim, True)
+    ef = H.variant_config("ef", head_dim, True)
+    assert ef.early_fetch and not row.early_fetch and row.scheduler == 1
+    ref_out, ref_lse = _run(row, q, k, v, True)
+    for _ in range(3):
+        out, lse = _run(ef, q, k, v, True)
+        assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+        assert torch.equal(out, ref_out)
+        assert torch.equal(lse, ref_lse)
+    ro, rl = attention_oracle(q, k, v, True, head_dim ** -0.5)
+    plain, _ = plain_pytorch_attention(q, k, v, True, head_dim ** -0.5)
+    check_grid_rule("out", out, plain, ro, q.dtype)
+    assert torch.equal(torch.isinf(lse), torch.isinf(rl))

@@ -143,6 +143,12 @@ CASES = [
     (128, False, {"variant": "xt_dyn"}),
     (128, True, {"variant": "xt2"}),      # with two Q buffers (cross_tile 2)
     (128, False, {"variant": "xt2"}),
+    # session 27 candidate: the next tile's id fetched at a tile's start (early_fetch), on the
+    # causal rows (the dynamic scheduler's), and with the producer's stamps
+    (64, True, {"variant": "ef"}),
+    (128, True, {"variant": "ef"}),
+    (256, True, {"variant": "ef"}),
+    (128, True, {"variant": "ef", "diag_stamps": True}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -526,15 +532,19 @@ def test_timing_stamps_reach_the_code(report):
     """diag_stamps: clock reads in the kernel exactly when it is on: 5 by consumer warpgroup 0
     and 1 by warpgroup 1 with the overlap (4 and 1 without; the two-buffer Q prefetch has two
     copies of the tile body); with q_release_early 2 more per warpgroup, its Q release (session
-    26: in the loop's step and in block 0's path, a tile of one block); none otherwise."""
+    26: in the loop's step and in block 0's path, a tile of one block); with the dynamic
+    scheduler's one-buffer producer (_producer_dynamic) 3 more, the producer's own (session 27);
+    none otherwise."""
     n = report["ptx_clock64"]
     cfg = report["config"]
+    producer = 3 if (cfg["scheduler"] == 1 and not cfg["q_prefetch"] and cfg["cross_tile"] != 2
+                     and not cfg["q_per_warpgroup"]) else 0
     if not cfg["diag_stamps"]:
         assert n == 0
     elif cfg["num_consumers"] == 2:
-        assert n == 6 + (4 if cfg["q_release_early"] else 0)
+        assert n == 6 + (4 if cfg["q_release_early"] else 0) + producer
     else:
-        assert n >= 5
+        assert n >= 5 + producer
 
 
 def test_new_switches_are_refused_where_they_do_not_apply():
@@ -1063,3 +1073,27 @@ def test_cross_tile(reports):
     for d in (64, 256):
         with pytest.raises(ValueError, match="cross_tile"):
             H._check_switch_support(H.get_config(d, True, cross_tile=True))
+
+
+def test_early_fetch(reports):
+    """early_fetch (session 27 candidate ef): the same kernel as the causal row but for where the
+    producer's atomic sits (one per tile either way), so the same products, barriers and TMA
+    counts, no spills, the same shared memory; refused where the producer is not
+    _producer_dynamic."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for d in (64, 128, 256):
+        row = by_case[(d, True, json.dumps({}))]
+        ef = by_case[(d, True, json.dumps({"variant": "ef"}))]
+        assert ef["config"]["early_fetch"] and not row["config"]["early_fetch"]
+        assert ef["sass_sha1"] != row["sass_sha1"]
+        for k in ("HGMMA", "GMMA_WAITED", "UTMASTG", "USETMAXREG", "BAR"):
+            assert ef["sass_counts"].get(k) == row["sass_counts"].get(k), k
+        assert ef["shared_bytes"] == row["shared_bytes"]
+        assert ef["spill_stores"] == 0 and ef["spill_loads"] == 0
+    assert not any(H.get_config(d, c).early_fetch for d in (64, 128, 256) for c in (0, 1))
+    for bad in (dict(scheduler=0), dict(q_per_warpgroup=True), dict(q_prefetch=True)):
+        with pytest.raises(ValueError, match="early_fetch"):
+            H._check_switch_support(H.get_config(64, True, early_fetch=True, **bad))
+    with pytest.raises(ValueError, match="early_fetch"):   # the static scheduler's row
+        H._check_switch_support(H.get_config(128, False, early_fetch=True))

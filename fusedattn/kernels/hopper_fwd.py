@@ -226,6 +226,12 @@ class FwdConfig:
                                     # and first QK^T issued before this tile's O store
                                     # (_consumer_xt); 2 the same with two Q buffers, the next
                                     # tile's Q loaded a tile ahead (v10's producer)
+    early_fetch: bool = False       # session 27 candidate, off (QPF_DIAG bit 2048; the dynamic
+                                    # scheduler's one-Q-buffer producer, _producer_dynamic): the
+                                    # next tile's id is fetched (the global atomic) at the start
+                                    # of this tile instead of after its last K/V load, so the
+                                    # atomic's round trip is not between the last K/V load and
+                                    # the next tile's Q load
     # --- session 25 candidates, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-5) ---
     row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
                                     # (hopper_fp8_fwd._row_tree), not the reduction's chain
@@ -633,6 +639,12 @@ VARIANTS = {
     # run 104's stamps put the wait for it (xt moved it before the O store, it did not remove it)
     "xt2": ({"cross_tile": 2, "non_causal": {"scheduler": 1, "q_release_early": True}},
             (128,)),
+    # session 27: the next tile's id fetched at the start of a tile (early_fetch), on the causal
+    # rows (the dynamic scheduler's). Run 106's stamps at hdim 128 causal 1k: the next tile's Q
+    # was seen ~6000 cycles after the last warpgroup released Q's buffer, ~1700 after warpgroup
+    # 0's epilogue; the producer reaches the next Q only after this tile's last K/V load and the
+    # atomic's round trip
+    "ef": ({"early_fetch": True}, (64, 128, 256)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
@@ -640,7 +652,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2"}
+            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -1719,8 +1731,13 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
                       k_ready, v_ready, kv_empty, tile_smem, tile_counter,
                       n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                       CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                      NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2, DIAG: gl.constexpr = 0):
-    # DIAG: the kernel's QPF_DIAG; bit 32 (kv_reverse) reverses the key blocks' order
+                      NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2, DIAG: gl.constexpr = 0,
+                      lse_ptr=None):
+    # DIAG: the kernel's QPF_DIAG; bit 32 (kv_reverse) reverses the key blocks' order; bit 2048
+    # (early_fetch) fetches the next tile's id at the start of this tile, not after its last
+    # K/V load; bit 16 (diag_stamps) the producer's clock stamps in the tile's slots 12-14
+    # (lse_ptr): 13 at the tile's top (its id known), 12 once Q's buffer was free (the Q load
+    # follows), 14 after the tile's last K/V load was issued
     num_tiles = n_bh * num_m_tiles
     grid = gl.num_programs(0)
     c = gl.program_id(0) * 0  # K/V ring counter, carried across tiles
@@ -1730,13 +1747,23 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
         b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
             tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
             CAUSAL, BLOCK_M, BLOCK_N)
+        if DIAG & 2048:  # early_fetch: the atomic's latency under this tile's loads
+            r = gl.atomic_add(tile_counter, 1)
+        if DIAG & 16:
+            stamp_base = (b * heads + h) * seqlen_q + m_start
+            _stamp(lse_ptr, stamp_base, 13, _CLOCK)
         mbarrier.wait(q_empty, (i & 1) ^ 1)  # the consumers have read Q and the item of tile i-1
+        if DIAG & 16:
+            _stamp(lse_ptr, stamp_base, 12, _CLOCK)
         _publish_tile(tile_smem, 1, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q,
                       seqlen_k)
         _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                   kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC, DIAG & 32,
                   DIAG & 64)
-        r = gl.atomic_add(tile_counter, 1)
+        if DIAG & 16:
+            _stamp(lse_ptr, stamp_base, 14, _CLOCK)
+        if not (DIAG & 2048):
+            r = gl.atomic_add(tile_counter, 1)
         if r == num_tiles - 1:  # the launch's last fetch: reset the counter for the next launch
             gl.atomic_xchg(tile_counter, 0)
         c += n_blocks
@@ -1911,9 +1938,9 @@ def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
                           k_ready, v_ready, kv_empty, tile_smem, tile_counter,
                           n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                           CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                          NUM_STAGES: gl.constexpr, DIAG: gl.constexpr = 0):
+                          NUM_STAGES: gl.constexpr, DIAG: gl.constexpr = 0, lse_ptr=None):
     # the three-consumer dynamic rows' producer: per-warpgroup Q (q_per_warpgroup, DIAG bit 256)
-    # or one Q tile for the three
+    # or one Q tile for the three (with its stamps and early_fetch, DIAG bits 16 and 2048)
     if DIAG & 256:
         _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                              k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
@@ -1923,7 +1950,7 @@ def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
         _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                           k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh, num_m_tiles,
                           l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M,
-                          BLOCK_N, NUM_STAGES, 3)
+                          BLOCK_N, NUM_STAGES, 3, DIAG & (16 | 2048), lse_ptr)
 
 
 @gluon.jit
@@ -2293,7 +2320,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     (_producer_dynamic_nc3, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                         q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES, QPF_DIAG)),
+                        BLOCK_M, BLOCK_N, NUM_STAGES, QPF_DIAG, lse_ptr)),
                 ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
             elif (TMA_STORE == 3) or (QPF_DIAG & 1024):  # v10's producer (two Q buffers)
                 gl.warp_specialize([
@@ -2322,7 +2349,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG)),
+                        BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG, lse_ptr)),
                 ], [1], [PRODUCER_REGS])
             else:
                 gl.warp_specialize([
@@ -2339,7 +2366,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES, 2, QPF_DIAG)),
+                        BLOCK_M, BLOCK_N, NUM_STAGES, 2, QPF_DIAG, lse_ptr)),
                 ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
         elif NUM_CONSUMERS == 3:
             gl.warp_specialize([
@@ -2958,6 +2985,13 @@ def _check_switch_support(cfg: FwdConfig) -> None:
         raise ValueError("cross_tile: the dynamic scheduler's rows with two consumer warpgroups, "
                          "the overlap, o_buffer, q_release_early and softmax_fma only (no "
                          "pingpong, split_loops, wg_bounds or the other loop candidates)")
+    # early_fetch: _producer_dynamic only (not v10's two-buffer producer, which fetches early
+    # already, nor q_per_warpgroup's)
+    if cfg.early_fetch and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
+                                and not (cfg.q_prefetch or cfg.cross_tile == 2
+                                         or cfg.q_per_warpgroup)):
+        raise ValueError("early_fetch: the dynamic scheduler's rows with one Q buffer only (no "
+                         "q_prefetch, cross_tile 2 or q_per_warpgroup)")
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
         raise ValueError("o_buffer needs tma_store and persistent")
     # kv_release_nb: the persistent producers (one warp, static or dynamic schedule) and two
@@ -3035,7 +3069,8 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
         raise ValueError("the diag_* switches act only with q_prefetch")
     return (bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse + 64 * cfg.kv_release_nb
             + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup
-            + 512 * (cfg.cross_tile >= 1) + 1024 * (cfg.cross_tile == 2))
+            + 512 * (cfg.cross_tile >= 1) + 1024 * (cfg.cross_tile == 2)
+            + 2048 * cfg.early_fetch)
 
 
 def _softmax_fma_value(cfg: FwdConfig):
