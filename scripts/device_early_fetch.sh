@@ -4,13 +4,13 @@
 # of what it decides:
 #   1. tests/test_gpu_hopper_candidates.py -k early_fetch: out and lse bitwise the row's at head
 #      dims 64 / 128 / 256 (three launches per shape) and the oracle;
-#   2. compute-sanitizer memcheck on ef at hdim 128 causal, several tiles per program;
-#   3. scripts/device_hopper_phases.sh with EF_VARIANTS ("ef"): checks, clock stamps (the rows'
+#   2. compute-sanitizer memcheck on efa at hdim 128 causal, several tiles per program;
+#   3. scripts/device_hopper_phases.sh with EF_VARIANTS ("efa ef"): checks, clock stamps (the rows'
 #      and the candidate's, with the producer's: when it issued a tile's last K/V load, had the
 #      next id, found Q's buffer free) and rotated rounds beside the row, FA3 and cuDNN at the
 #      causal 1k cells (hdim 128 / 64 / 256) and hdim 128 causal 2k.
 # Full logs under OUT, tarred to OUT.tgz; the summary last.
-#     [EF_VARIANTS="ef"] bash scripts/device_early_fetch.sh OUT [DEADLINE_S (480)]
+#     [EF_VARIANTS="efa ef"] [EF_CELLS="d,causal,seqlen;..."] [HP_ROUNDS=5] bash scripts/device_early_fetch.sh OUT [DEADLINE_S (480)]
 # (FA3's wheel first, as for every side-by-side run: pip install --target /tmp/site .whl/*.whl and
 # /tmp/site on PYTHONPATH)
 set -u
@@ -25,10 +25,11 @@ step bitwise 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_gpu_ho
   -k early_fetch
 CS="compute-sanitizer --print-limit 0 --error-exitcode 9"
 export RACECHECK_SHAPE=8,2000,8,8
-step memcheck 60 $CS --tool memcheck python3 scripts/racecheck_case.py 128 1 ef
-c=$(cap 300)   # the inner deadline inside this step's cap
-step phases "$c" env HP_CELLS="128,1,1024;64,1,1024;256,1,1024;128,1,2048" PRECOMPILE_CAP=60 \
-  PHASES_CAP=220 bash scripts/device_hopper_phases.sh "$out/ph" "${EF_VARIANTS:-ef}" $(( c - 5 ))
+step memcheck 60 $CS --tool memcheck python3 scripts/racecheck_case.py 128 1 efa
+c=$(cap 360)   # the inner deadline inside this step's cap
+step phases "$c" env HP_CELLS="${EF_CELLS:-128,1,1024;64,1,1024;256,1,1024;128,1,2048}" \
+  HP_ROUNDS=${HP_ROUNDS:-5} PRECOMPILE_CAP=60 PHASES_CAP=$(( c - 70 )) \
+  bash scripts/device_hopper_phases.sh "$out/ph" "${EF_VARIANTS:-efa ef}" $(( c - 5 ))
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
 grep -h "passed\|failed" "$out/bitwise.log" | tail -3

@@ -63,9 +63,11 @@ def test_cross_tile_bitwise_equal_to_its_row(shape, causal, variant):
 @needs_sm90
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_early_fetch_bitwise_equal_to_its_row(shape, head_dim):
-    """early_fetch (session 27 candidate ef, the causal rows' dynamic scheduler): the next
-    tile's id is fetched at the start of a tile instead of after its last K/V load. Each tile
+@pytest.mark.parametrize("variant", ["ef", "efa"])
+def test_early_fetch_bitwise_equal_to_its_row(shape, head_dim, variant):
+    """early_fetch (session 27 candidates on the causal rows' dynamic scheduler): the next
+    tile's id is fetched at the start of a tile (ef) or after its first K/V loads (efa) instead
+    of after its last K/V load. Each tile
     is computed as before, only possibly on another SM: out and lse equal the row's bit for bit,
     three launches each; and within the grid's rule of the float64 oracle."""
     b, sq, h, sk, hk = shape
@@ -74,7 +76,7 @@ def test_early_fetch_bitwise_equal_to_its_row(shape, head_dim):
     k = torch.randn(b, sk, hk, head_dim, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     row = H.get_config(head_dim, True)
-    ef = H.variant_config("ef", head_dim, True)
+    ef = H.variant_config(variant, head_dim, True)
     assert ef.early_fetch and not row.early_fetch and row.scheduler == 1
     ref_out, ref_lse = _run(row, q, k, v, True)
     for _ in range(3):

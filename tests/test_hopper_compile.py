@@ -149,6 +149,10 @@ CASES = [
     (128, True, {"variant": "ef"}),
     (256, True, {"variant": "ef"}),
     (128, True, {"variant": "ef", "diag_stamps": True}),
+    (64, True, {"variant": "efa"}),       # the fetch after the tile's first K/V loads
+    (128, True, {"variant": "efa"}),
+    (256, True, {"variant": "efa"}),
+    (64, True, {"variant": "efa", "diag_stamps": True}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -360,10 +364,11 @@ def test_new_switches_reach_the_code(report):
 
 def test_dynamic_scheduler_reaches_the_code(report):
     """scheduler 1: one atomic add (the next tile) and one exchange (the counter's reset) in the
-    producer; no atomics anywhere else."""
+    producer; no atomics anywhere else. (early_fetch 2 has two add sites, one executed per tile:
+    in the K/V loop, or after it for a tile of at most num_stages blocks.)"""
     cfg = report["config"]
     dyn = cfg["persistent"] and cfg["scheduler"] == 1
-    assert report["ptx_atom_add"] == (1 if dyn else 0)
+    assert report["ptx_atom_add"] == ((2 if cfg["early_fetch"] == 2 else 1) if dyn else 0)
     assert report["ptx_atom_exch"] == (1 if dyn else 0)
 
 
@@ -1076,16 +1081,18 @@ def test_cross_tile(reports):
 
 
 def test_early_fetch(reports):
-    """early_fetch (session 27 candidate ef): the same kernel as the causal row but for where the
-    producer's atomic sits (one per tile either way), so the same products, barriers and TMA
+    """early_fetch (session 27 candidates ef, efa): the same kernel as the causal row but for
+    where the producer's atomic sits (one per tile either way), so the same products, barriers and TMA
     counts, no spills, the same shared memory; refused where the producer is not
     _producer_dynamic."""
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}
-    for d in (64, 128, 256):
+    for d, name in ((64, "ef"), (128, "ef"), (256, "ef"), (64, "efa"), (128, "efa"),
+                    (256, "efa")):
         row = by_case[(d, True, json.dumps({}))]
-        ef = by_case[(d, True, json.dumps({"variant": "ef"}))]
-        assert ef["config"]["early_fetch"] and not row["config"]["early_fetch"]
+        ef = by_case[(d, True, json.dumps({"variant": name}))]
+        assert ef["config"]["early_fetch"] == (1 if name == "ef" else 2)
+        assert not row["config"]["early_fetch"]
         assert ef["sass_sha1"] != row["sass_sha1"]
         for k in ("HGMMA", "GMMA_WAITED", "UTMASTG", "USETMAXREG", "BAR"):
             assert ef["sass_counts"].get(k) == row["sass_counts"].get(k), k
@@ -1096,4 +1103,9 @@ def test_early_fetch(reports):
         with pytest.raises(ValueError, match="early_fetch"):
             H._check_switch_support(H.get_config(64, True, early_fetch=True, **bad))
     with pytest.raises(ValueError, match="early_fetch"):   # the static scheduler's row
-        H._check_switch_support(H.get_config(128, False, early_fetch=True))
+        H._check_switch_support(H.get_config(128, False, early_fetch=1))
+    for bad in (dict(kv_reverse=True), dict(kv_release_nb=True)):   # not _producer's loop
+        with pytest.raises(ValueError, match="early_fetch"):
+            H._check_switch_support(H.get_config(128, True, early_fetch=2, **bad))
+    with pytest.raises(ValueError, match="early_fetch must be"):
+        H._check_switch_support(H.get_config(128, True, early_fetch=3))

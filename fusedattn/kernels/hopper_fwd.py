@@ -226,12 +226,18 @@ class FwdConfig:
                                     # and first QK^T issued before this tile's O store
                                     # (_consumer_xt); 2 the same with two Q buffers, the next
                                     # tile's Q loaded a tile ahead (v10's producer)
-    early_fetch: bool = False       # session 27 candidate, off (QPF_DIAG bit 2048; the dynamic
-                                    # scheduler's one-Q-buffer producer, _producer_dynamic): the
-                                    # next tile's id is fetched (the global atomic) at the start
-                                    # of this tile instead of after its last K/V load, so the
-                                    # atomic's round trip is not between the last K/V load and
-                                    # the next tile's Q load
+    early_fetch: int = 0            # session 27 candidate, off (the dynamic scheduler's one-Q-
+                                    # buffer producer, _producer_dynamic). 1 (QPF_DIAG bit 2048):
+                                    # the next tile's id is fetched (Triton's atomic_add) at the
+                                    # start of this tile instead of after its last K/V load. Run
+                                    # 107's producer stamps: that atomic waits for its value
+                                    # (~2600-3000 cycles) wherever it is, so 1 only moves the wait
+                                    # before the Q load. 2 (bit 4096): the fetch after the
+                                    # tile's first num_stages K/V loads, where the producer
+                                    # would wait for block 0's stage anyway (_producer_mid_fetch;
+                                    # an atom.global in inline PTX whose value is read later is
+                                    # no way out: ptxas aggregates it over the warp and
+                                    # broadcasts the value at once, so it waits there too)
     # --- session 25 candidates, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-5) ---
     row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
                                     # (hopper_fp8_fwd._row_tree), not the reduction's chain
@@ -644,7 +650,11 @@ VARIANTS = {
     # was seen ~6000 cycles after the last warpgroup released Q's buffer, ~1700 after warpgroup
     # 0's epilogue; the producer reaches the next Q only after this tile's last K/V load and the
     # atomic's round trip
-    "ef": ({"early_fetch": True}, (64, 128, 256)),
+    "ef": ({"early_fetch": 1}, (64, 128, 256)),
+    # run 107's producer stamps: Triton's atomic waits for its value (~2600-3000 cycles) where
+    # it is issued, so ef only moved the wait; efa fetches after the tile's first K/V loads,
+    # where the producer waits for block 0's stage anyway
+    "efa": ({"early_fetch": 2}, (64, 128, 256)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
@@ -652,7 +662,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef"}
+            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -1727,6 +1737,36 @@ def _read_tile(tile_smem, W: gl.constexpr = 4):
 
 
 @gluon.jit
+def _producer_mid_fetch(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                        kv_empty, tile_counter, b, h, kvh, m_start, n_blocks,
+                        BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base,
+                        NC: gl.constexpr = 2):
+    """early_fetch 2: _producer's loads (no kv_reverse / kv_release_nb) with the next tile's
+    fetch (Triton's atomic_add, which waits for its value: ~2600-3000 cycles in run 107's
+    stamps) after the tile's first NUM_STAGES K/V loads, where the producer would otherwise wait
+    for block 0's stage to be released (Q's load, block 0's QK^T); with fewer blocks, after the
+    last. Returns the fetched value."""
+    if NC == 3:
+        M_Q: gl.constexpr = q_desc.block_type.shape[1]
+        mbarrier.expect(q_bar, 3 * q_desc.block_type.nbytes)
+        for i in gl.static_range(3):
+            tma.async_copy_global_to_shared(q_desc, [b, m_start + i * M_Q, h, 0], q_bar,
+                                            q_smem.index(i))
+    else:
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, m_start, h, 0], q_bar, q_smem)
+    r = gl.program_id(0) * 0
+    for j in range(n_blocks):
+        if j == NUM_STAGES:
+            r = gl.atomic_add(tile_counter, 1)
+        _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b, kvh, j,
+                       kv_base + j, BLOCK_N, NUM_STAGES)
+    if n_blocks <= NUM_STAGES:
+        r = gl.atomic_add(tile_counter, 1)
+    return r
+
+
+@gluon.jit
 def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                       k_ready, v_ready, kv_empty, tile_smem, tile_counter,
                       n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
@@ -1734,8 +1774,9 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
                       NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2, DIAG: gl.constexpr = 0,
                       lse_ptr=None):
     # DIAG: the kernel's QPF_DIAG; bit 32 (kv_reverse) reverses the key blocks' order; bit 2048
-    # (early_fetch) fetches the next tile's id at the start of this tile, not after its last
-    # K/V load; bit 16 (diag_stamps) the producer's clock stamps in the tile's slots 12-14
+    # (early_fetch 1) fetches the next tile's id at the start of this tile, not after its last
+    # K/V load; bit 4096 (early_fetch 2) fetches it after the tile's first NUM_STAGES K/V loads
+    # (_producer_mid_fetch); bit 16 (diag_stamps) the producer's clock stamps in the tile's slots 12-14
     # (lse_ptr): 13 at the tile's top (its id known), 12 once Q's buffer was free (the Q load
     # follows), 14 after the tile's last K/V load was issued
     num_tiles = n_bh * num_m_tiles
@@ -1747,7 +1788,7 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
         b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
             tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
             CAUSAL, BLOCK_M, BLOCK_N)
-        if DIAG & 2048:  # early_fetch: the atomic's latency under this tile's loads
+        if DIAG & 2048:  # early_fetch 1: the fetch at the top (its wait before the Q load)
             r = gl.atomic_add(tile_counter, 1)
         if DIAG & 16:
             stamp_base = (b * heads + h) * seqlen_q + m_start
@@ -1757,12 +1798,17 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
             _stamp(lse_ptr, stamp_base, 12, _CLOCK)
         _publish_tile(tile_smem, 1, b, h, m_start, n_blocks, n_unmasked, heads, seqlen_q,
                       seqlen_k)
-        _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                  kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC, DIAG & 32,
-                  DIAG & 64)
+        if DIAG & 4096:  # early_fetch 2: the fetch among the loads (_producer_mid_fetch)
+            r = _producer_mid_fetch(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
+                                    k_ready, v_ready, kv_empty, tile_counter, b, h,
+                                    kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC)
+        else:
+            _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                      kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC,
+                      DIAG & 32, DIAG & 64)
         if DIAG & 16:
             _stamp(lse_ptr, stamp_base, 14, _CLOCK)
-        if not (DIAG & 2048):
+        if not (DIAG & (2048 | 4096)):
             r = gl.atomic_add(tile_counter, 1)
         if r == num_tiles - 1:  # the launch's last fetch: reset the counter for the next launch
             gl.atomic_xchg(tile_counter, 0)
@@ -1950,7 +1996,7 @@ def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
         _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                           k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh, num_m_tiles,
                           l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M,
-                          BLOCK_N, NUM_STAGES, 3, DIAG & (16 | 2048), lse_ptr)
+                          BLOCK_N, NUM_STAGES, 3, DIAG & (16 | 2048 | 4096), lse_ptr)
 
 
 @gluon.jit
@@ -2987,11 +3033,16 @@ def _check_switch_support(cfg: FwdConfig) -> None:
                          "pingpong, split_loops, wg_bounds or the other loop candidates)")
     # early_fetch: _producer_dynamic only (not v10's two-buffer producer, which fetches early
     # already, nor q_per_warpgroup's)
+    if cfg.early_fetch not in (0, 1, 2):
+        raise ValueError(f"early_fetch must be 0, 1 or 2, got {cfg.early_fetch!r}")
     if cfg.early_fetch and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
                                 and not (cfg.q_prefetch or cfg.cross_tile == 2
-                                         or cfg.q_per_warpgroup)):
+                                         or cfg.q_per_warpgroup
+                                         or (cfg.early_fetch == 2
+                                             and (cfg.kv_reverse or cfg.kv_release_nb)))):
         raise ValueError("early_fetch: the dynamic scheduler's rows with one Q buffer only (no "
-                         "q_prefetch, cross_tile 2 or q_per_warpgroup)")
+                         "q_prefetch, cross_tile 2 or q_per_warpgroup; early_fetch 2: no "
+                         "kv_reverse or kv_release_nb)")
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
         raise ValueError("o_buffer needs tma_store and persistent")
     # kv_release_nb: the persistent producers (one warp, static or dynamic schedule) and two
@@ -3070,7 +3121,7 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
     return (bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse + 64 * cfg.kv_release_nb
             + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup
             + 512 * (cfg.cross_tile >= 1) + 1024 * (cfg.cross_tile == 2)
-            + 2048 * cfg.early_fetch)
+            + 2048 * (cfg.early_fetch == 1) + 4096 * (cfg.early_fetch == 2))
 
 
 def _softmax_fma_value(cfg: FwdConfig):
