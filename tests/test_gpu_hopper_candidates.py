@@ -63,11 +63,11 @@ def test_cross_tile_bitwise_equal_to_its_row(shape, causal, variant):
 @needs_sm90
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-@pytest.mark.parametrize("variant", ["ef", "efa"])
+@pytest.mark.parametrize("variant", ["ef", "efa", "efq"])
 def test_early_fetch_bitwise_equal_to_its_row(shape, head_dim, variant):
     """early_fetch (session 27 candidates on the causal rows' dynamic scheduler): the next
-    tile's id is fetched at the start of a tile (ef) or after its first K/V loads (efa) instead
-    of after its last K/V load. Each tile
+    tile's id is fetched at the start of a tile (ef) or after its first K/V loads (efa; efq then
+    prefetches that tile's Q rows into L2) instead of after its last K/V load. Each tile
     is computed as before, only possibly on another SM: out and lse equal the row's bit for bit,
     three launches each; and within the grid's rule of the float64 oracle."""
     b, sq, h, sk, hk = shape

@@ -153,6 +153,8 @@ CASES = [
     (128, True, {"variant": "efa"}),
     (256, True, {"variant": "efa"}),
     (64, True, {"variant": "efa", "diag_stamps": True}),
+    (64, True, {"variant": "efq"}),       # and the next tile's Q prefetched into L2
+    (128, True, {"variant": "efq"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on

@@ -238,6 +238,12 @@ class FwdConfig:
                                     # an atom.global in inline PTX whose value is read later is
                                     # no way out: ptxas aggregates it over the warp and
                                     # broadcasts the value at once, so it waits there too)
+    q_l2_prefetch: bool = False     # session 27 candidate, off (QPF_DIAG bit 8192; with
+                                    # early_fetch 2): once the next tile's id is fetched, the
+                                    # producer prefetches that tile's Q rows into L2
+                                    # (prefetch.global.L2 per 128-byte line), so its TMA load
+                                    # reads L2, not HBM. Run 108's stamps: 3500-4500 cycles from
+                                    # a free Q buffer to warpgroup 0 seeing Q (hdim 256 causal 1k)
     # --- session 25 candidates, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-5) ---
     row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
                                     # (hopper_fp8_fwd._row_tree), not the reduction's chain
@@ -655,6 +661,22 @@ VARIANTS = {
     # it is issued, so ef only moved the wait; efa fetches after the tile's first K/V loads,
     # where the producer waits for block 0's stage anyway
     "efa": ({"early_fetch": 2}, (64, 128, 256)),
+    # and with the next tile's Q prefetched into L2 once its id is known (q_l2_prefetch)
+    "efq": ({"early_fetch": 2, "q_l2_prefetch": True}, (64, 128, 256)),
+    # session 27: hdim 64 with 128-row tiles and two consumer warpgroups (the overlap), in the
+    # forms of the hdim 128 rows: at seqlen 1k the 192-row tile leaves a last m-tile of 64 rows
+    # (one warpgroup of three busy) in every sixth tile. d64w2: the (128, False) row's switches
+    # (static scheduler), d64w2c: the (128, True) row's (dynamic scheduler, q_release_early);
+    # three K/V stages (BASE's at hdim 64), "2": two
+    "d64w2": ({"persistent": True, "tma_store": True, "softmax_fma": True, "o_buffer": True},
+              (64,)),
+    "d64w2s2": ({"persistent": True, "tma_store": True, "softmax_fma": True, "o_buffer": True,
+                 "num_stages": 2}, (64,)),
+    "d64w2c": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
+                "o_buffer": True, "mask_limit": True, "q_release_early": True}, (64,)),
+    "d64w2c2": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
+                 "o_buffer": True, "mask_limit": True, "q_release_early": True,
+                 "num_stages": 2}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
@@ -662,7 +684,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa"}
+            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -1737,15 +1759,43 @@ def _read_tile(tile_smem, W: gl.constexpr = 4):
 
 
 @gluon.jit
+def _q_l2_prefetch(q_ptr, b, h, m_start, seqlen_q, heads, D_REAL: gl.constexpr,
+                   BLOCK_M: gl.constexpr):
+    """q_l2_prefetch: prefetch.global.L2 of every 128-byte line of a tile's Q rows (rows past
+    seqlen_q skipped), 32 lines per step of the (one-warp) producer, so that the tile's Q TMA
+    load later reads L2, not HBM (run 108's stamps: 3500-4500 cycles from a free Q buffer to
+    warpgroup 0 seeing Q at hdim 256 causal 1k). A hint only: nothing waits for it. q is
+    contiguous (forward() makes it so with q_l2_prefetch): row r of (b, h) starts at element
+    ((b * seqlen_q + r) * heads + h) * D_REAL (strides as arguments spilled the hdim 256 producer)."""
+    LINES: gl.constexpr = (D_REAL * 2 + 127) // 128   # 16-bit elements, 64 per line
+    W: gl.constexpr = 32 * gl.num_warps()
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    lane = gl.arange(0, W, layout=lay)
+    row0 = b.to(gl.int64) * seqlen_q + m_start
+    for it in range(0, (BLOCK_M * LINES + W - 1) // W):
+        idx = it * W + lane
+        row = idx // LINES
+        line = idx - row * LINES
+        ok = (row < BLOCK_M) & (m_start + row < seqlen_q)
+        ptrs = q_ptr + ((row0 + row) * heads + h) * D_REAL + line * 64
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+            "=r,l,r", [ptrs, ok.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
 def _producer_mid_fetch(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                         kv_empty, tile_counter, b, h, kvh, m_start, n_blocks,
                         BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base,
-                        NC: gl.constexpr = 2):
+                        NC: gl.constexpr = 2, PF: gl.constexpr = False, q_ptr=None, n_bh=0, num_m_tiles=0, l2_heads=0, heads=0, kv_group=0,
+                        seqlen_q=0, seqlen_k=0, CAUSAL: gl.constexpr = False,
+                        BLOCK_M: gl.constexpr = 128, D_REAL: gl.constexpr = 128):
     """early_fetch 2: _producer's loads (no kv_reverse / kv_release_nb) with the next tile's
     fetch (Triton's atomic_add, which waits for its value: ~2600-3000 cycles in run 107's
     stamps) after the tile's first NUM_STAGES K/V loads, where the producer would otherwise wait
     for block 0's stage to be released (Q's load, block 0's QK^T); with fewer blocks, after the
-    last. Returns the fetched value."""
+    last. PF (q_l2_prefetch): then the next tile's Q rows prefetched into L2 (_q_l2_prefetch).
+    Returns the fetched value."""
     if NC == 3:
         M_Q: gl.constexpr = q_desc.block_type.shape[1]
         mbarrier.expect(q_bar, 3 * q_desc.block_type.nbytes)
@@ -1759,11 +1809,30 @@ def _producer_mid_fetch(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k
     for j in range(n_blocks):
         if j == NUM_STAGES:
             r = gl.atomic_add(tile_counter, 1)
+            if PF:
+                _next_q_l2_prefetch(r, q_ptr, n_bh, num_m_tiles, l2_heads, heads, kv_group,
+                                    seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, D_REAL)
         _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b, kvh, j,
                        kv_base + j, BLOCK_N, NUM_STAGES)
     if n_blocks <= NUM_STAGES:
         r = gl.atomic_add(tile_counter, 1)
+        if PF:
+            _next_q_l2_prefetch(r, q_ptr, n_bh, num_m_tiles, l2_heads, heads, kv_group,
+                                seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N, D_REAL)
     return r
+
+
+@gluon.jit
+def _next_q_l2_prefetch(r, q_ptr, n_bh, num_m_tiles, l2_heads, heads,
+                        kv_group, seqlen_q, seqlen_k, CAUSAL: gl.constexpr,
+                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, D_REAL: gl.constexpr):
+    # the fetched value r names this program's next tile, r + grid (none past the last)
+    nxt = r + gl.num_programs(0)
+    if nxt < n_bh * num_m_tiles:
+        b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
+            nxt, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+            BLOCK_M, BLOCK_N)
+        _q_l2_prefetch(q_ptr, b, h, m_start, seqlen_q, heads, D_REAL, BLOCK_M)
 
 
 @gluon.jit
@@ -1772,11 +1841,12 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
                       n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                       CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       NUM_STAGES: gl.constexpr, NC: gl.constexpr = 2, DIAG: gl.constexpr = 0,
-                      lse_ptr=None):
+                      lse_ptr=None, q_ptr=None, D_REAL: gl.constexpr = 128):
     # DIAG: the kernel's QPF_DIAG; bit 32 (kv_reverse) reverses the key blocks' order; bit 2048
     # (early_fetch 1) fetches the next tile's id at the start of this tile, not after its last
     # K/V load; bit 4096 (early_fetch 2) fetches it after the tile's first NUM_STAGES K/V loads
-    # (_producer_mid_fetch); bit 16 (diag_stamps) the producer's clock stamps in the tile's slots 12-14
+    # (_producer_mid_fetch), with bit 8192 (q_l2_prefetch) the next tile's Q rows then
+    # prefetched into L2 (q_ptr, contiguous; D_REAL: the tensors' head dim); bit 16 (diag_stamps) the producer's clock stamps in the tile's slots 12-14
     # (lse_ptr): 13 at the tile's top (its id known), 12 once Q's buffer was free (the Q load
     # follows), 14 after the tile's last K/V load was issued
     num_tiles = n_bh * num_m_tiles
@@ -1801,7 +1871,10 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
         if DIAG & 4096:  # early_fetch 2: the fetch among the loads (_producer_mid_fetch)
             r = _producer_mid_fetch(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
                                     k_ready, v_ready, kv_empty, tile_counter, b, h,
-                                    kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC)
+                                    kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC,
+                                    DIAG & 8192, q_ptr, n_bh, num_m_tiles,
+                                    l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                                    BLOCK_M, D_REAL)
         else:
             _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                       kv_empty, b, h, kvh, m_start, n_blocks, BLOCK_N, NUM_STAGES, c, NC,
@@ -1984,7 +2057,8 @@ def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
                           k_ready, v_ready, kv_empty, tile_smem, tile_counter,
                           n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                           CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                          NUM_STAGES: gl.constexpr, DIAG: gl.constexpr = 0, lse_ptr=None):
+                          NUM_STAGES: gl.constexpr, DIAG: gl.constexpr = 0, lse_ptr=None,
+                          q_ptr=None, D_REAL: gl.constexpr = 128):
     # the three-consumer dynamic rows' producer: per-warpgroup Q (q_per_warpgroup, DIAG bit 256)
     # or one Q tile for the three (with its stamps and early_fetch, DIAG bits 16 and 2048)
     if DIAG & 256:
@@ -1996,7 +2070,8 @@ def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
         _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                           k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh, num_m_tiles,
                           l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M,
-                          BLOCK_N, NUM_STAGES, 3, DIAG & (16 | 2048 | 4096), lse_ptr)
+                          BLOCK_N, NUM_STAGES, 3, DIAG & (16 | 2048 | 4096 | 8192), lse_ptr,
+                          q_ptr, D_REAL)
 
 
 @gluon.jit
@@ -2180,7 +2255,7 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     tile_counter=None, l2_heads=None, DYNAMIC: gl.constexpr = False,
                     WG_SKIP: gl.constexpr = False, SPLIT_LOOPS: gl.constexpr = False,
                     n_bh_arg=None, QPF_DIAG: gl.constexpr = 0, KR_OFF: gl.constexpr = -1,
-                    VR_OFF: gl.constexpr = -1):
+                    VR_OFF: gl.constexpr = -1, q_ptr=None):
     # 1-D grid over (batch * heads) x m-tiles, (batch, head) major so that neighbouring programs
     # share K/V in L2; with a causal mask the longest tiles (largest m) go first.
     # PERSISTENT: grid = number of SMs, each program walks the tiles pid, pid + grid, ...
@@ -2366,7 +2441,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     (_producer_dynamic_nc3, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                         q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES, QPF_DIAG, lse_ptr)),
+                        BLOCK_M, BLOCK_N, NUM_STAGES, QPF_DIAG, lse_ptr,
+                        q_ptr, D_REAL)),
                 ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
             elif (TMA_STORE == 3) or (QPF_DIAG & 1024):  # v10's producer (two Q buffers)
                 gl.warp_specialize([
@@ -2395,7 +2471,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG, lse_ptr)),
+                        BLOCK_M, BLOCK_N, NUM_STAGES, 1, QPF_DIAG, lse_ptr,
+                        q_ptr, D_REAL)),
                 ], [1], [PRODUCER_REGS])
             else:
                 gl.warp_specialize([
@@ -2412,7 +2489,8 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                     (_producer_dynamic, (q_desc, k_desc, v_desc, q_load, k_smem, v_smem, q_bar,
                         q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                        BLOCK_M, BLOCK_N, NUM_STAGES, 2, QPF_DIAG, lse_ptr)),
+                        BLOCK_M, BLOCK_N, NUM_STAGES, 2, QPF_DIAG, lse_ptr,
+                        q_ptr, D_REAL)),
                 ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
         elif NUM_CONSUMERS == 3:
             gl.warp_specialize([
@@ -3043,6 +3121,9 @@ def _check_switch_support(cfg: FwdConfig) -> None:
         raise ValueError("early_fetch: the dynamic scheduler's rows with one Q buffer only (no "
                          "q_prefetch, cross_tile 2 or q_per_warpgroup; early_fetch 2: no "
                          "kv_reverse or kv_release_nb)")
+    if cfg.q_l2_prefetch and cfg.early_fetch != 2:
+        raise ValueError("q_l2_prefetch: with early_fetch 2 only (the next tile's id is known "
+                         "mid-tile there)")
     if cfg.o_buffer and not (cfg.tma_store and cfg.persistent):
         raise ValueError("o_buffer needs tma_store and persistent")
     # kv_release_nb: the persistent producers (one warp, static or dynamic schedule) and two
@@ -3121,7 +3202,8 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
     return (bits + 16 * cfg.diag_stamps + 32 * cfg.kv_reverse + 64 * cfg.kv_release_nb
             + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup
             + 512 * (cfg.cross_tile >= 1) + 1024 * (cfg.cross_tile == 2)
-            + 2048 * (cfg.early_fetch == 1) + 4096 * (cfg.early_fetch == 2))
+            + 2048 * (cfg.early_fetch == 1) + 4096 * (cfg.early_fetch == 2)
+            + 8192 * cfg.q_l2_prefetch)
 
 
 def _softmax_fma_value(cfg: FwdConfig):
@@ -3233,6 +3315,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         raise ValueError("q_prefetch with three consumer warpgroups is wrong with a causal mask "
                          "(benchmarks/hopper_log.md v10): not available")
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
+    if cfg.q_l2_prefetch:  # its addresses are computed from the shape (_q_l2_prefetch)
+        q = q.contiguous()
     out = _out if _out is not None else torch.empty((batch, seqlen_q, heads, head_dim),
                                                     dtype=q.dtype, device=q.device)
     lse = _lse if _lse is not None else torch.empty((batch, heads, seqlen_q),
@@ -3259,6 +3343,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         runtime["l2_heads"] = l2_section_heads(batch * heads, seqlen_k, head_dim, kv_group,
                                                q.element_size(), cfg.l2_section_mb)
         runtime["n_bh_arg"] = batch * heads
+        if cfg.q_l2_prefetch:  # the Q rows' addresses for the L2 prefetch (q is contiguous)
+            runtime["q_ptr"] = q
     fma_off = cfg.softmax_fma and not softmax_scale > 0  # the raw-score max needs a positive scale
     key = None
     if _key_only or (FAST_LAUNCH and not _warmup):
@@ -3274,6 +3360,8 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         hit = None if _key_only else _FAST.get(key)
         if hit is not None:
             compiled, template, index = hit
+            if cfg.q_l2_prefetch:
+                runtime["q_ptr"] = q
             runtime.update(q_desc=_DescArg(q), k_desc=_DescArg(k), v_desc=_DescArg(v),
                            out_ptr=out, lse_ptr=lse, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                            heads=heads, kv_group=kv_group, num_m_tiles=num_m_tiles,
@@ -3376,6 +3464,8 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
             signature["l2_heads"] = "i32"
             signature["n_bh_arg"] = "i32"
             constexprs["DYNAMIC"] = True
+            if cfg.q_l2_prefetch:  # (forward passes q and its strides as runtime arguments)
+                signature["q_ptr"] = f"*{dtype}"
         else:
             constexprs.update(tile_counter=None, l2_heads=None, DYNAMIC=False)
         if not cfg.scheduler:
