@@ -27,9 +27,9 @@ step bitwise 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_gpu_ho
 CS="compute-sanitizer --print-limit 0 --error-exitcode 9"
 export RACECHECK_SHAPE=8,2000,8,8
 step memcheck 60 $CS --tool memcheck python3 scripts/racecheck_case.py 128 1 efa
-c=$(cap 360)   # the inner deadline inside this step's cap
+c=$(cap 420)   # the inner deadline inside this step's cap
 step phases "$c" env HP_CELLS="${EF_CELLS:-128,1,1024;64,1,1024;256,1,1024;64,0,1024;128,1,2048}" \
-  HP_ROUNDS=${HP_ROUNDS:-5} PRECOMPILE_CAP=60 PHASES_CAP=$(( c - 70 )) \
+  HP_ROUNDS=${HP_ROUNDS:-5} PRECOMPILE_CAP=120 PHASES_CAP=$(( c - 130 )) \
   bash scripts/device_hopper_phases.sh "$out/ph" "${EF_VARIANTS:-efq efa d64w2 d64w2c d64w2c2}" $(( c - 5 ))
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
