@@ -70,6 +70,21 @@ def cfg_of(name, d, causal):
     return H.get_config(d, causal) if name == "row" else H.variant_config(name, d, causal)
 
 
+def applies(name, d, causal):
+    """Whether a candidate is meant for this cell: its head dims (VARIANTS) and, within them,
+    the switches the row of (d, causal) supports (e.g. early_fetch: the causal rows only)."""
+    if name == "row":
+        return True
+    dims = H.VARIANTS[name][1]
+    if dims is not None and d not in dims:
+        return False
+    try:
+        H._check_switch_support(cfg_of(name, d, causal))
+    except ValueError:
+        return False
+    return True
+
+
 def _check_tensors(d, causal, batch=2, heads=4):
     """q, k, v of the check: tails (1000 queries, 1100 or 900 keys) and GQA (heads on heads/2).
     batch 2, 4 heads: fewer tiles than SMs; batch 8, 8 heads: several tiles per program (the
@@ -230,8 +245,7 @@ def precompile(variants, workers=14):
     specs = []
     for d, causal, s in CELLS:
         for n in ["row"] + variants:
-            dims = None if n == "row" else H.VARIANTS[n][1]
-            if dims is not None and d not in dims:
+            if not applies(n, d, causal):
                 continue
             kinds = ["cell"] + (["check"] if n != "row" else [])
             cfg = cfg_of(n, d, causal)
@@ -253,8 +267,7 @@ def main():
     if sys.argv[1] == "--check":   # --check NAME: the variant's checks (separate process: a hang
         name = sys.argv[2]         # costs its own timeout)
         for d, causal in sorted({(d, c) for d, c, _ in CELLS}):
-            dims = H.VARIANTS[name][1]
-            if dims is None or d in dims:
+            if applies(name, d, causal):
                 print(f"check {name} {d} {int(causal)} {check(name, d, causal)}", flush=True)
         return
     out = sys.argv[1]
@@ -274,8 +287,7 @@ def main():
     for d, causal, s in CELLS:
         names = ["row"]
         for n in variants:
-            dims = H.VARIANTS[n][1]
-            if dims is not None and d not in dims:
+            if not applies(n, d, causal):
                 continue
             key = (n, d, causal)
             if key not in checked:

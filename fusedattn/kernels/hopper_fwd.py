@@ -677,6 +677,10 @@ VARIANTS = {
     "d64w2c2": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
                  "num_stages": 2}, (64,)),
+    # d64w2c with the next tile's fetch mid-tile and its Q prefetched into L2 (efq)
+    "d64w2cq": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
+                 "o_buffer": True, "mask_limit": True, "q_release_early": True,
+                 "early_fetch": 2, "q_l2_prefetch": True}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "qpf", "no_qpf",
@@ -3277,7 +3281,7 @@ _fast_arglist = _fl.arglist
 # the kernel's runtime arguments (everything else is a constexpr, fixed by the key)
 _RUNTIME_ARGS = ("q_desc", "k_desc", "v_desc", "out_ptr", "lse_ptr", "seqlen_q", "seqlen_k",
                  "heads", "kv_group", "num_m_tiles", "qk_scale", "o_desc", "tile_counter",
-                 "l2_heads", "n_bh_arg")
+                 "l2_heads", "n_bh_arg", "q_ptr")
 
 
 def _remember(key, kernel, compiled, args, kwargs):
