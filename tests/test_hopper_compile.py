@@ -155,6 +155,8 @@ CASES = [
     (64, True, {"variant": "efa", "diag_stamps": True}),
     (64, True, {"variant": "efq"}),       # and the next tile's Q prefetched into L2
     (128, True, {"variant": "efq"}),
+    # session 27: the short-sequence row (SHORT_CONFIGS, hdim 64 causal up to 1024)
+    (64, True, {"seqlen": 1024}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -952,6 +954,37 @@ for d, causal in itertools.product((64, 128, 96), (False, True)):
             else:
                 assert got is want or got == want, (got, want)
         launched += 1
+# the short-sequence row (SHORT_CONFIGS) exactly while max(seqlen_q, seqlen_k) <= its limit
+for sq, sk in ((1000, 1000), (1000, 1100), (1100, 1000), (1024, 1024), (1025, 17)):
+    q = torch.empty(1, sq, 2, 64, dtype=torch.bfloat16)
+    k = torch.empty(1, sk, 2, 64, dtype=torch.bfloat16)
+    _, _, kwargs, _ = H.forward(q, k, k, True, 0.125, _key_only=True)
+    short = max(sq, sk) <= H.SHORT_CONFIGS[(64, True)][0]
+    assert kwargs["BLOCK_M"] == (128 if short else 192), (sq, sk, kwargs["BLOCK_M"])
+    _, _, kwargs, _ = H.forward(q, k, k, False, 0.125, _key_only=True)
+    assert kwargs["BLOCK_M"] == 192   # no short row for non-causal
+# a candidate's runtime arguments through the fast path (q_l2_prefetch's q_ptr)
+cfg = H.variant_config("efq", 128, True)
+for sq, sk in ((130, 200), (250, 1000), (130, 201)):
+    q = torch.empty(1, sq, 2, 128, dtype=torch.bfloat16)
+    k = torch.empty(1, sk, 1, 128, dtype=torch.bfloat16)
+    out, lse = torch.empty_like(q), torch.empty(1, 2, sq)
+    key, args, kwargs, grid = H.forward(q, k, k, True, 0.1, config=cfg, _out=out, _lse=lse,
+                                        _key_only=True)
+    assert kwargs["q_ptr"] is q
+    bound, spec, opts = K.device_caches[0][4](*args, **kwargs)
+    groups.setdefault(key, set()).add(repr((spec, opts)))
+    calls += 1
+    if key not in H._FAST:
+        H._remember(key, K, Capture(), args, kwargs)
+    seen = {}
+    H.forward(q, k, k, True, 0.1, config=cfg, _out=out, _lse=lse)
+    for got, want in zip(seen["args"], bound.values(), strict=True):
+        if hasattr(want, "block_shape"):
+            assert isinstance(got, H._DescArg) and got.base is want.base
+        else:
+            assert got is want or got == want, (got, want)
+    launched += 1
 bad = sum(len(v) > 1 for v in groups.values())
 print(f"RESULT calls={calls} keys={len(groups)} bad={bad} launched={launched}")
 """
