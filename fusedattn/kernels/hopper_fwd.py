@@ -689,6 +689,10 @@ VARIANTS = {
     "d64w2c2": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
                  "num_stages": 2}, (64,)),
+    # hdim 256 causal: o_half (Q released after each warpgroup's last QK^T; run 110's producer
+    # stamps: the Q buffer is free only ~40 cycles after the epilogue, 3400-4300 cycles before
+    # warpgroup 0 sees the next Q) with the fetch mid-tile
+    "ohefa": ({"o_half": True, "early_fetch": 2}, (256,)),
     # d64w2c with the next tile's fetch mid-tile and its Q prefetched into L2 (efq)
     "d64w2cq": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
@@ -700,7 +704,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq"}
+            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa"}
 
 
 def get_config(head_dim: int, causal: bool = False, seqlen: int | None = None,
