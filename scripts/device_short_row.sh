@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One device call for session 27's short-sequence row (hopper_fwd.SHORT_CONFIGS: hdim 64 causal
-# up to seqlen 1024 on 128-row tiles, variant d64w2c), in the order of what it decides:
+# One device call for session 27's short-sequence row: run 111, at commit cf16f7a, where
+# hopper_fwd.SHORT_CONFIGS made variant d64w2c (hdim 64 causal on 128-row tiles) the table's row
+# up to seqlen 1024. Not adopted after run 111 and SHORT_CONFIGS removed; run now, step 1 checks
+# the table as it is. In the order of what it decides:
 #   1. scripts/device_adopt.sh: the hopper GPU grid and API tests with the table as it is now
 #      (the grid's hdim 40 / 64 causal shapes up to 1024 run the new row), memcheck on every
 #      hopper sanitizer case, racecheck and synccheck on the new row with several tiles per

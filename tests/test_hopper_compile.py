@@ -155,8 +155,9 @@ CASES = [
     (64, True, {"variant": "efa", "diag_stamps": True}),
     (64, True, {"variant": "efq"}),       # and the next tile's Q prefetched into L2
     (128, True, {"variant": "efq"}),
-    # session 27: the short-sequence row (SHORT_CONFIGS, hdim 64 causal up to 1024)
-    (64, True, {"seqlen": 1024}),
+    # session 27: hdim 64 causal on 128-row tiles with two consumer warpgroups (run 111: the
+    # grid passed with it as the table's row up to seqlen 1024; not adopted)
+    (64, True, {"variant": "d64w2c"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -954,15 +955,6 @@ for d, causal in itertools.product((64, 128, 96), (False, True)):
             else:
                 assert got is want or got == want, (got, want)
         launched += 1
-# the short-sequence row (SHORT_CONFIGS) exactly while max(seqlen_q, seqlen_k) <= its limit
-for sq, sk in ((1000, 1000), (1000, 1100), (1100, 1000), (1024, 1024), (1025, 17)):
-    q = torch.empty(1, sq, 2, 64, dtype=torch.bfloat16)
-    k = torch.empty(1, sk, 2, 64, dtype=torch.bfloat16)
-    _, _, kwargs, _ = H.forward(q, k, k, True, 0.125, _key_only=True)
-    short = max(sq, sk) <= H.SHORT_CONFIGS[(64, True)][0]
-    assert kwargs["BLOCK_M"] == (128 if short else 192), (sq, sk, kwargs["BLOCK_M"])
-    _, _, kwargs, _ = H.forward(q, k, k, False, 0.125, _key_only=True)
-    assert kwargs["BLOCK_M"] == 192   # no short row for non-causal
 # a candidate's runtime arguments through the fast path (q_l2_prefetch's q_ptr)
 cfg = H.variant_config("efq", 128, True)
 for sq, sk in ((130, 200), (250, 1000), (130, 201)):

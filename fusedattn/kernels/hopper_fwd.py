@@ -380,19 +380,6 @@ CONFIGS = {
                        tma_store=True, mask_limit=True),
 }
 
-# Rows for short sequences (session 27), part of the same table: (head_dim, causal) -> (the
-# longest sequence they serve, config). forward() takes such a row when max(seqlen_q, seqlen_k)
-# is at most that (get_config's seqlen).
-SHORT_CONFIGS = {
-    # hdim 64 causal: 128-row tiles on two consumer warpgroups with the overlap, in the (128,
-    # True) row's form (variant d64w2c). At seqlen 1k the row's 192-row tile leaves a last m-tile
-    # of 64 rows (one of three warpgroups busy) in every sixth tile. Device runs 109 / 110 (H100,
-    # 5 rotated rounds beside the row): seqlen 1k +4.4 / +2.5% TFLOP/s (each SM's cycles -8%,
-    # at a 1-5% lower clock), 2k -6.4% (run 110); 512: run 111.
-    (64, True): (1024, _base(64, persistent=True, scheduler=1, tma_store=True, softmax_fma=True,
-                             o_buffer=True, mask_limit=True, q_release_early=True)),
-}
-
 # hdim 64 is where the kernel is furthest behind cuDNN (0.88x at s=8192); FA3 uses 192-row tiles
 # there (3 consumer warpgroups). With 2 consumer warpgroups the larger tile is BLOCK_N 256 (the
 # gl.arange shapes must be powers of two, so 192 is out): S of 64 x 256 fp32 per warpgroup, half
@@ -707,17 +694,10 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa"}
 
 
-def get_config(head_dim: int, causal: bool = False, seqlen: int | None = None,
-               **overrides) -> FwdConfig:
+def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
     """The shipped table's config for (head_dim, causal) (a padded head dim uses its native one's
-    row), with overrides on top. seqlen: the call's longer sequence, max(seqlen_q, seqlen_k);
-    where SHORT_CONFIGS has a row for (head_dim, causal) covering it, that row (forward() passes
-    it; without it, the CONFIGS row)."""
-    key = (padded_head_dim(head_dim), bool(causal))
-    cfg = CONFIGS[key]
-    short = SHORT_CONFIGS.get(key)
-    if seqlen is not None and short is not None and seqlen <= short[0]:
-        cfg = short[1]
+    row), with overrides on top."""
+    cfg = CONFIGS[(padded_head_dim(head_dim), bool(causal))]
     if overrides:
         cfg = replace(cfg, **overrides)
     return cfg
@@ -3327,7 +3307,7 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
     """
     batch, seqlen_q, heads, head_dim = q.shape
     _, seqlen_k, kv_heads, _ = k.shape
-    cfg = config or get_config(head_dim, causal, max(seqlen_q, seqlen_k))
+    cfg = config or get_config(head_dim, causal)
     if cfg.diag_stamps and not (_diagnostic or _warmup or _key_only):
         raise ValueError("diag_stamps is a timing diagnostic that overwrites lse; forward() runs "
                          "it only with _diagnostic=True")
