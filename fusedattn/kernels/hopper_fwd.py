@@ -380,6 +380,7 @@ CONFIGS = {
                        tma_store=True, mask_limit=True),
 }
 
+
 # hdim 64 is where the kernel is furthest behind cuDNN (0.88x at s=8192); FA3 uses 192-row tiles
 # there (3 consumer warpgroups). With 2 consumer warpgroups the larger tile is BLOCK_N 256 (the
 # gl.arange shapes must be powers of two, so 192 is out): S of 64 x 256 fp32 per warpgroup, half
@@ -654,19 +655,28 @@ VARIANTS = {
     # rows (the dynamic scheduler's). Run 106's stamps at hdim 128 causal 1k: the next tile's Q
     # was seen ~6000 cycles after the last warpgroup released Q's buffer, ~1700 after warpgroup
     # 0's epilogue; the producer reaches the next Q only after this tile's last K/V load and the
-    # atomic's round trip
+    # atomic's round trip. Runs 107-108: the wait moved with the atomic (below); time 0.95-1.02x
     "ef": ({"early_fetch": 1}, (64, 128, 256)),
     # run 107's producer stamps: Triton's atomic waits for its value (~2600-3000 cycles) where
     # it is issued, so ef only moved the wait; efa fetches after the tile's first K/V loads,
-    # where the producer waits for block 0's stage anyway
+    # where the producer waits for block 0's stage anyway. Runs 108 / 110, hdim 128 causal 1k:
+    # Q's buffer free 113-154 cycles after the release (row ~1880), the gap between tiles 352
+    # (row 1100-1156), but the tile 5-6% longer: time 0.98-0.99x (2k 0.98-0.99x, hdim 64 / 256
+    # causal 1k 1.01 / 0.97x). Not adopted
     "efa": ({"early_fetch": 2}, (64, 128, 256)),
-    # and with the next tile's Q prefetched into L2 once its id is known (q_l2_prefetch)
+    # and with the next tile's Q prefetched into L2 once its id is known (q_l2_prefetch). Run
+    # 110: 0.92-0.98x at the causal 1k / 2k cells; Q still seen 3400-4900 cycles after its
+    # buffer was free. Not adopted
     "efq": ({"early_fetch": 2, "q_l2_prefetch": True}, (64, 128, 256)),
     # session 27: hdim 64 with 128-row tiles and two consumer warpgroups (the overlap), in the
     # forms of the hdim 128 rows: at seqlen 1k the 192-row tile leaves a last m-tile of 64 rows
     # (one warpgroup of three busy) in every sixth tile. d64w2: the (128, False) row's switches
     # (static scheduler), d64w2c: the (128, True) row's (dynamic scheduler, q_release_early);
-    # three K/V stages (BASE's at hdim 64), "2": two
+    # three K/V stages (BASE's at hdim 64), "2": two. Runs 109-111 (H100, against the rows):
+    # d64w2c causal 1k 1.044 / 1.025 / 1.038x (each SM's cycles -8%, at a lower clock), 512
+    # 0.971x, 2k 0.936 / 0.949x; non-causal 1k d64w2 0.964x, d64w2c 0.923x. The win is at 1k
+    # only and leaves the cell at ~0.9x cuDNN: not adopted (run 111 ran the GPU grid with d64w2c
+    # as the row up to seqlen 1024: passed)
     "d64w2": ({"persistent": True, "tma_store": True, "softmax_fma": True, "o_buffer": True},
               (64,)),
     "d64w2s2": ({"persistent": True, "tma_store": True, "softmax_fma": True, "o_buffer": True,
@@ -678,7 +688,10 @@ VARIANTS = {
                  "num_stages": 2}, (64,)),
     # hdim 256 causal: o_half (Q released after each warpgroup's last QK^T; run 110's producer
     # stamps: the Q buffer is free only ~40 cycles after the epilogue, 3400-4300 cycles before
-    # warpgroup 0 sees the next Q) with the fetch mid-tile
+    # warpgroup 0 sees the next Q) with the fetch mid-tile. Run 112 (H100, 7 rounds): o_half
+    # (variant o_half) at causal 1k / 2k / 4k 1.023 / 1.001 / 1.050x the row (tile + gap cycles
+    # -6.5 / -6.3 / -3.5%); ohefa 1.003 / 0.945 / 0.942x. o_half lost 4.7% at causal 8k in run
+    # 47, on the row of then: next, 8k / 16k, then the grid and racecheck if it holds
     "ohefa": ({"o_half": True, "early_fetch": 2}, (256,)),
     # d64w2c with the next tile's fetch mid-tile and its Q prefetched into L2 (efq)
     "d64w2cq": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
@@ -1773,7 +1786,8 @@ def _q_l2_prefetch(q_ptr, b, h, m_start, seqlen_q, heads, D_REAL: gl.constexpr,
     load later reads L2, not HBM (run 108's stamps: 3500-4500 cycles from a free Q buffer to
     warpgroup 0 seeing Q at hdim 256 causal 1k). A hint only: nothing waits for it. q is
     contiguous (forward() makes it so with q_l2_prefetch): row r of (b, h) starts at element
-    ((b * seqlen_q + r) * heads + h) * D_REAL (strides as arguments spilled the hdim 256 producer)."""
+    ((b * seqlen_q + r) * heads + h) * D_REAL (strides as arguments spilled the hdim 256
+    producer)."""
     LINES: gl.constexpr = (D_REAL * 2 + 127) // 128   # 16-bit elements, 64 per line
     W: gl.constexpr = 32 * gl.num_warps()
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
@@ -1794,8 +1808,9 @@ def _q_l2_prefetch(q_ptr, b, h, m_start, seqlen_q, heads, D_REAL: gl.constexpr,
 def _producer_mid_fetch(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                         kv_empty, tile_counter, b, h, kvh, m_start, n_blocks,
                         BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, kv_base,
-                        NC: gl.constexpr = 2, PF: gl.constexpr = False, q_ptr=None, n_bh=0, num_m_tiles=0, l2_heads=0, heads=0, kv_group=0,
-                        seqlen_q=0, seqlen_k=0, CAUSAL: gl.constexpr = False,
+                        NC: gl.constexpr = 2, PF: gl.constexpr = False, q_ptr=None, n_bh=0,
+                        num_m_tiles=0, l2_heads=0, heads=0, kv_group=0, seqlen_q=0,
+                        seqlen_k=0, CAUSAL: gl.constexpr = False,
                         BLOCK_M: gl.constexpr = 128, D_REAL: gl.constexpr = 128):
     """early_fetch 2: _producer's loads (no kv_reverse / kv_release_nb) with the next tile's
     fetch (Triton's atomic_add, which waits for its value: ~2600-3000 cycles in run 107's
@@ -1853,9 +1868,10 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
     # (early_fetch 1) fetches the next tile's id at the start of this tile, not after its last
     # K/V load; bit 4096 (early_fetch 2) fetches it after the tile's first NUM_STAGES K/V loads
     # (_producer_mid_fetch), with bit 8192 (q_l2_prefetch) the next tile's Q rows then
-    # prefetched into L2 (q_ptr, contiguous; D_REAL: the tensors' head dim); bit 16 (diag_stamps) the producer's clock stamps in the tile's slots 12-14
-    # (lse_ptr): 13 at the tile's top (its id known), 12 once Q's buffer was free (the Q load
-    # follows), 14 after the tile's last K/V load was issued
+    # prefetched into L2 (q_ptr, contiguous; D_REAL: the tensors' head dim); bit 16
+    # (diag_stamps) the producer's clock stamps in the tile's slots 12-14 (lse_ptr): 13 at the
+    # tile's top (its id known), 12 once Q's buffer was free (the Q load follows), 14 after the
+    # tile's last K/V load was issued
     num_tiles = n_bh * num_m_tiles
     grid = gl.num_programs(0)
     c = gl.program_id(0) * 0  # K/V ring counter, carried across tiles
