@@ -3,6 +3,7 @@
 These run on the CPU with the reference backend (and the Triton interpreter where noted)."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -157,6 +158,10 @@ def test_second_derivatives_reference_exact_kernels_refuse():
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        # the Triton half takes these CPU tensors only in the interpreter (the CPU runs, CI's);
+        # found by the GPU machine's run 111, where it failed on the triton backend's refusal
+        pytest.skip("the Triton kernel's part runs on CPU tensors under TRITON_INTERPRET=1")
     q16, k16, v16 = (t.detach().half().requires_grad_() for t in (q, k, v))
     out = fusedattn.attention(q16, k16, v16, causal=True, backend="triton")
     g = torch.autograd.grad(out.float().pow(2).sum(), (q16, k16, v16), create_graph=True)
