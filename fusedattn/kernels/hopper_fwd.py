@@ -666,7 +666,8 @@ VARIANTS = {
     "efa": ({"early_fetch": 2}, (64, 128, 256)),
     # and with the next tile's Q prefetched into L2 once its id is known (q_l2_prefetch). Run
     # 110: 0.92-0.98x at the causal 1k / 2k cells; Q still seen 3400-4900 cycles after its
-    # buffer was free. Not adopted
+    # buffer was free. Not adopted. (Its 24-register producer spills at hdim 128 / 256: 32 / 48
+    # B of stack; none at 64)
     "efq": ({"early_fetch": 2, "q_l2_prefetch": True}, (64, 128, 256)),
     # session 27: hdim 64 with 128-row tiles and two consumer warpgroups (the overlap), in the
     # forms of the hdim 128 rows: at seqlen 1k the 192-row tile leaves a last m-tile of 64 rows
