@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# A session's first device call, in the order of what each step decides, for whichever card comes
-# (sessions 23-25 lost much of their device budget to machines that did not start, so the one
-# call that does start has to carry the most important work first). Each step has its own cap
-# under one deadline; full logs under OUT, tarred to OUT.tgz; a short summary and the bars last.
-#     bash scripts/device_session.sh OUT [DEADLINE_S (560)]
-# Session 26's plan (issue #4's 1k cells against cuDNN):
-#   1. the 16-bit rows' stamps at the 1k cells (hdim 128 / 64 / 256 causal, hdim 64 non-causal),
-#      with the Q-release stamps new in session 26 (how long before a tile's end the last
-#      warpgroup released Q, and how long until the SM's next tile had its Q), rounds beside FA3
-#      and cuDNN (scripts/device_hopper_phases.sh with no candidate);
-#   2. the 16-bit bench (hopper, fa3, sdpa-cudnn) with what is left (issue #5, the FP8 bar,
-#      was resolved in session 26, so session 27 drops its bench from this call).
+# A session's first device call, in the order of what each step decides, for whichever card comes.
+# Each step has its own cap under one deadline; full logs under OUT, tarred to OUT.tgz; a short
+# summary last. Session 28's plan (issue #4's 1k cells against cuDNN; RESULTS.md, "State at the
+# end of session 27"):
+#   1. diag_half (variants dh at hdim 128, d64w2cdh at hdim 64; never run on a GPU): its GPU test
+#      against the oracle and the row (tests/test_gpu_hopper_candidates.py -k diag_half), then
+#      memcheck, racecheck (hazard report; the addresses' counts and the log's head kept) and
+#      synccheck on dh, hdim 128 causal, several tiles per program;
+#   2. rotated rounds with stamps (scripts/device_hopper_phases.sh): dh at hdim 128 causal 1k / 2k
+#      / 4k, d64w2cdh and d64w2c at hdim 64 causal 1k, o_half at hdim 256 causal 1k / 8k / 16k
+#      (run 112: +2.3 / +0.1 / +5.0% at 1k / 2k / 4k; run 47 lost 4.7% at 8k on the row of then);
+#      only the candidates whose step-1 checks passed, o_half always.
 # FA3's wheel first, as for every side-by-side run (pip install --target /tmp/site .whl/*.whl and
-# /tmp/site on PYTHONPATH).
+# /tmp/site on PYTHONPATH); without it the rounds run without FA3.
+#     bash scripts/device_session.sh OUT [DEADLINE_S (560)]
 set -u
 out=${1:?usage: device_session.sh OUT [DEADLINE_S]}
 deadline=$(( $(date +%s) + ${2:-560} ))
@@ -23,26 +24,31 @@ source scripts/device_steps.sh
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.limit --format=csv > "$out/smi.txt" 2>&1
 git log -1 --format='%H %cd' > "$out/commit.txt" 2>/dev/null
 
-bench() {  # bench NAME CAP_S ARGS...: the forward bench under the cap (--time-budget 40 s less)
-  local name=$1 c; c=$(cap "$2"); shift 2
-  if [ "$c" -lt 80 ]; then summary+=("$name: skipped (time)"); return 99; fi
-  step "$name" "$c" python3 -m fusedattn.bench --passes fwd --time-budget $(( c - 40 )) \
-    --no-plots --out "$out/$name" "$@"
-  if [ -f "$out/$name/results.json" ]; then
-    python3 scripts/bench_bars.py "$out/$name/results.json" > "$out/bars-$name.md" 2>&1
-  fi
-}
-phases1k() {  # the rows' stamps and rounds at the 1k cells (no candidate)
-  local c; c=$(cap 200)
-  if [ "$c" -lt 100 ]; then summary+=("phases 1k: skipped (time)"); return 99; fi
-  step ph1k "$c" env HP_CELLS="128,1,1024;64,1,1024;256,1,1024;64,0,1024" PRECOMPILE_CAP=60 \
-    PHASES_CAP=150 bash scripts/device_hopper_phases.sh "$out/ph1k" "" $(( c - 5 ))
-}
-
-phases1k
-bench b16 "$(left)" --hdims 64,128,256 --backends hopper,fa3,sdpa-cudnn
+step dh-test 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_gpu_hopper_candidates.py \
+  -k diag_half
+dh_ok=$?
+CS="compute-sanitizer --print-limit 0 --error-exitcode 9"
+export RACECHECK_SHAPE=8,2000,8,8
+step memcheck 60 $CS --tool memcheck python3 scripts/racecheck_case.py 128 1 dh
+step racecheck 90 $CS --tool racecheck --racecheck-report hazard \
+  python3 scripts/racecheck_case.py 128 1 dh
+# the full racecheck log can run to ~100 MB: the addresses' counts, the source lines, the head
+grep -o "__shared__ 0x[0-9a-f]*" "$out/racecheck.log" 2>/dev/null | sort | uniq -c | sort -rn \
+  | head -40 > "$out/racecheck-addresses.txt"
+grep -o "at attn_fwd_kernel+0x[0-9a-f]* in hopper_fwd.py:[0-9]*" "$out/racecheck.log" 2>/dev/null \
+  | sed 's/+0x[0-9a-f]*//' | sort | uniq -c | sort -rn | head -20 > "$out/racecheck-lines.txt"
+head -60 "$out/racecheck.log" > "$out/racecheck-head.log" 2>/dev/null; rm -f "$out/racecheck.log"
+step synccheck 60 $CS --tool synccheck python3 scripts/racecheck_case.py 128 1 dh
+if [ "$dh_ok" = 0 ]; then cands="dh d64w2cdh d64w2c o_half"; else cands="o_half"; fi
+c=$(cap 330)
+step phases "$c" env HP_CELLS="128,1,1024;128,1,2048;128,1,4096;64,1,1024;256,1,1024;256,1,8192;256,1,16384" \
+  HP_ROUNDS=${HP_ROUNDS:-5} PRECOMPILE_CAP=90 PHASES_CAP=$(( c - 100 )) \
+  bash scripts/device_hopper_phases.sh "$out/ph" "$cands" $(( c - 5 ))
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
-grep -v '^ *$' "$out/ph1k.log" 2>/dev/null | tail -n 30
-tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")"
-cat "$out"/bars-*.md 2>/dev/null
+grep -h "passed\|failed" "$out/dh-test.log" | tail -3
+cat "$out/racecheck-addresses.txt" "$out/racecheck-lines.txt" 2>/dev/null | head -30
+tar -xzOf "$out/ph.tgz" ph/phases.log 2>/dev/null | grep "^d[0-9]\|^check\|differs"
+# (ph.tgz inside still holds the raw stamps: strip them before committing the results, as
+# benchmarks/results/RAW_STAMPS.md says)
+tar -C "$(dirname "$out")" -czf "$out.tgz" --exclude='stamps_*.json' "$(basename "$out")"

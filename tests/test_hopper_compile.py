@@ -153,6 +153,10 @@ CASES = [
     (128, True, {"variant": "efa"}),
     (256, True, {"variant": "efa"}),
     (64, True, {"variant": "efa", "diag_stamps": True}),
+    # session 27 candidate: warpgroup 0's diagonal block on its first 64 keys (diag_half)
+    (128, True, {"variant": "dh"}),
+    (64, True, {"variant": "d64w2cdh"}),
+    (128, True, {"variant": "dh", "diag_stamps": True}),
     (64, True, {"variant": "efq"}),       # and the next tile's Q prefetched into L2 (at hdim
                                           # 128 / 256 its producer spills: 32 B / 48 B of stack)
     # session 27: hdim 64 causal on 128-row tiles with two consumer warpgroups (run 111: the
@@ -267,6 +271,7 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["ptx_ex2"] = len(re.findall(r"\\bex2\\.approx", ptx))
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
+    r["sass_hgmma_shapes"] = re.findall(r"HGMMA\\.(\\d+x\\d+)x16", sass)
     r["_case"] = first + len(out)
     out.append(r)
 print("REPORTS=" + json.dumps(out))
@@ -551,8 +556,9 @@ def test_timing_stamps_reach_the_code(report):
                      and not cfg["q_per_warpgroup"]) else 0
     if not cfg["diag_stamps"]:
         assert n == 0
-    elif cfg["num_consumers"] == 2:
-        assert n == 6 + (4 if cfg["q_release_early"] else 0) + producer
+    elif cfg["num_consumers"] == 2:   # (diag_half: one more Q-release site, its half block)
+        assert n == (6 + (4 if cfg["q_release_early"] else 0) + producer
+                     + (1 if cfg["diag_half"] and cfg["q_release_early"] else 0))
     else:
         assert n >= 5 + producer
 
@@ -1136,3 +1142,29 @@ def test_early_fetch(reports):
             H._check_switch_support(H.get_config(128, True, early_fetch=2, **bad))
     with pytest.raises(ValueError, match="early_fetch must be"):
         H._check_switch_support(H.get_config(128, True, early_fetch=3))
+
+
+def test_diag_half(reports):
+    """diag_half (session 27 candidates dh, d64w2cdh): warpgroup 0's diagonal block as 64 keys:
+    at hdim 128 its QK^T as eight 64x64x16 products (128 / 16 steps), none in the row; more
+    products than the row (the half block's, and the full last P V kept for the tiles where the
+    half does not apply); no spills, the row's shared memory; refused outside the rows it was
+    built for. The shipped rows do not have it."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for d, name, row_case in ((128, "dh", {}), (64, "d64w2cdh", {"variant": "d64w2c"})):
+        row = by_case[(d, True, json.dumps(row_case))]
+        dh = by_case[(d, True, json.dumps({"variant": name}))]
+        assert dh["config"]["diag_half"] and not row["config"]["diag_half"]
+        if d == 128:   # (at hdim 64 the P V products are 64x64 as well)
+            assert dh["sass_hgmma_shapes"].count("64x64") == d // 16
+            assert "64x64" not in row["sass_hgmma_shapes"]
+        assert dh["sass_counts"]["HGMMA"] > row["sass_counts"]["HGMMA"]
+        assert dh["spill_stores"] == 0 and dh["shared_bytes"] == row["shared_bytes"]
+    assert not any(H.get_config(d, c).diag_half for d in (64, 128, 256) for c in (0, 1))
+    for bad in (dict(pingpong=True), dict(split_loops=True), dict(kv_reverse=True),
+                dict(block_n=64), dict(overlap=False)):
+        with pytest.raises(ValueError, match="diag_half"):
+            H._check_switch_support(H.get_config(128, True, diag_half=True, **bad))
+    with pytest.raises(ValueError, match="diag_half"):   # hdim 256's 64-key blocks
+        H._check_switch_support(H.get_config(256, True, diag_half=True))

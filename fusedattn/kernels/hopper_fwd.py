@@ -244,6 +244,13 @@ class FwdConfig:
                                     # (prefetch.global.L2 per 128-byte line), so its TMA load
                                     # reads L2, not HBM. Run 108's stamps: 3500-4500 cycles from
                                     # a free Q buffer to warpgroup 0 seeing Q (hdim 256 causal 1k)
+    diag_half: bool = False         # session 27 candidate, off (QPF_DIAG bit 16384; the causal
+                                    # two-consumer overlapped rows with 128 x 128 tiles):
+                                    # consumer warpgroup 0 computes the tile's diagonal key block
+                                    # on its first 64 keys only (an N = 64 QK^T and a K = 64 P V,
+                                    # _half_last_block) when its rows see none of the rest: a
+                                    # quarter of the diagonal block's products per tile (5.5% of
+                                    # the MMA work at 1k, 2.9% at 2k; hopper_log.md v5 item 3)
     # --- session 25 candidates, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-5) ---
     row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
                                     # (hopper_fp8_fwd._row_tree), not the reduction's chain
@@ -694,6 +701,13 @@ VARIANTS = {
     # -6.5 / -6.3 / -3.5%); ohefa 1.003 / 0.945 / 0.942x. o_half lost 4.7% at causal 8k in run
     # 47, on the row of then: next, 8k / 16k, then the grid and racecheck if it holds
     "ohefa": ({"o_half": True, "early_fetch": 2}, (256,)),
+    # session 27: warpgroup 0's diagonal block on its first 64 keys (diag_half), on the hdim 128
+    # causal row, and on hdim 64's two-warpgroup form (d64w2c). Prediction: cycles -2..-4% at
+    # causal 1k, -1..-2% at 2k
+    "dh": ({"diag_half": True}, (128,)),
+    "d64w2cdh": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
+                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
+                  "diag_half": True}, (64,)),
     # d64w2c with the next tile's fetch mid-tile and its Q prefetched into L2 (efq)
     "d64w2cq": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
@@ -705,7 +719,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa"}
+            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa", "dh"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -1133,6 +1147,79 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
 
 
 @gluon.jit
+def _half_last_block(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, acc, p_prev, alpha_o,
+                     m_i, l_i, rows, seqlen_k, causal_off, qk_scale, kv_base,
+                     WG: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                     HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, s_layout: gl.constexpr,
+                     row_o: gl.constexpr, o_layout: gl.constexpr, FMA: gl.constexpr,
+                     q_rel=None, QREL: gl.constexpr = 0, lse_ptr=None, stamp_base=0,
+                     STAMP: gl.constexpr = 0):
+    """diag_half (session 27 candidate; warpgroup 0 of the causal two-consumer rows with 128 x
+    128 tiles): the tile's last key block j, the diagonal one, when this warpgroup's rows see
+    none of its second half (the caller checks). The overlapped step of _overlap_step with the
+    scores of the block's first BLOCK_N // 2 keys only (an N = 64 QK^T, its softmax, masked),
+    then the last P V with those keys (K = 64). The dropped keys are invisible to every row of
+    the warpgroup, so the result is the full block's. Releases K_j, V_{j-1}, V_j (and Q, with
+    QREL). Returns acc (the tile's P V done), m_i, l_i."""
+    HALF: gl.constexpr = BLOCK_N // 2
+    M_WG: gl.constexpr = s_layout.warps_per_cta[0] * 16
+    h_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                       warps_per_cta=s_layout.warps_per_cta,
+                                                       instr_shape=[16, HALF, 16])
+    row_h: gl.constexpr = gl.SliceLayout(1, h_layout)
+    ph_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s = (kv_base + j) % NUM_STAGES
+    sp = (kv_base + j - 1) % NUM_STAGES
+    mbarrier.wait(k_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
+    k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).slice(0, HALF, dim=0).permute((1, 0))
+    h_zero = gl.zeros([M_WG, HALF], gl.float32, layout=h_layout)
+    s_tok = warpgroup_mma(q, k_t, h_zero, use_acc=False, is_async=True)
+    acc = acc * gl.expand_dims(alpha_o, 1)
+    mbarrier.wait(v_ready.index(sp), ((kv_base + j - 1) // NUM_STAGES) & 1)
+    v = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
+    o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+    s_acc = warpgroup_mma_wait(1, deps=[s_tok])
+    mbarrier.arrive(kv_empty.index(s), count=1)
+    if QREL:
+        mbarrier.arrive(q_rel, count=1)  # the warpgroup's last QK^T has read Q
+        if STAMP:
+            _stamp(lse_ptr, stamp_base, 8 + WG, _CLOCK)
+    # the block's first half as 64-key block 2 j (its mask's columns)
+    p, alpha, m_h, l_h = _softmax_update(s_acc, gl.convert_layout(m_i, row_h),
+                                         gl.convert_layout(l_i, row_h),
+                                         gl.convert_layout(rows, row_h), 2 * j, seqlen_k,
+                                         causal_off, qk_scale, True, CAUSAL, HALF, h_layout, FMA)
+    alpha_o = gl.convert_layout(alpha, row_o)
+    p_h = gl.convert_layout(p.to(p_prev.dtype), ph_layout)
+    acc = warpgroup_mma_wait(0, deps=[o_tok])
+    mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)
+    # the last P V: keys [0, HALF) of block j
+    acc = acc * gl.expand_dims(alpha_o, 1)
+    mbarrier.wait(v_ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
+    v_h = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).slice(0, HALF, dim=0)
+    o_tok = warpgroup_mma(p_h, v_h, acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[o_tok])
+    mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=1)
+    return acc, gl.convert_layout(m_h, m_i.type.layout), gl.convert_layout(l_h, l_i.type.layout)
+
+
+@gluon.jit
+def _last_pv(acc, alpha_o, p_prev, v_smem, v_ready, kv_empty, kv_base, n_blocks,
+             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr):
+    # diag_half's warpgroup 0 without the half block: _consumer's last P V (no pingpong turns,
+    # no asm_waits or kv_release_nb: _check_switch_support)
+    jl = kv_base + n_blocks - 1
+    sl = jl % NUM_STAGES
+    acc = acc * gl.expand_dims(alpha_o, 1)
+    mbarrier.wait(v_ready.index(sl), (jl // NUM_STAGES) & 1)
+    v = v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM])
+    o_tok = warpgroup_mma(p_prev, v, acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[o_tok])
+    mbarrier.arrive(kv_empty.index(NUM_STAGES + sl), count=1)
+    return acc
+
+
+@gluon.jit
 def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, m_i, l_i, s_zero,
                 rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base,
                 MASK: gl.constexpr, WG: gl.constexpr, CAUSAL: gl.constexpr,
@@ -1367,8 +1454,30 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
                     VOFF, q_empty, n_blocks, QREL,
                     lse_ptr, stamp_base, DIAG & 16)
+        # diag_half (session 27 candidate): warpgroup 0's diagonal block on its first half only
+        HALF_DIAG: gl.constexpr = (DIAG & 16384) and CAUSAL and WG == 0
+        if HALF_DIAG:
+            # this warpgroup's last visible key, over its rows that exist
+            w0_end = gl.maximum(gl.minimum(gl.minimum(m_start + M_WG, seqlen_q) + causal_off,
+                                           seqlen_k), 0)
+            half = (n_blocks >= 2) & (w0_end <= (n_blocks - 1) * BLOCK_N + BLOCK_N // 2)
         # steady state: QK^T of block j and P V of block j-1 in flight together
-        if not SPLIT and not (DIAG & 32):
+        if HALF_DIAG:
+            for j in range(1, gl.where(half, n_blocks - 1, n_blocks)):
+                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                    j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
+                    alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
+                    turn_base, 2, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
+                    PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked, 0, 0, DIAG & 64, KOFF,
+                    VOFF, q_empty, n_blocks, QREL,
+                    lse_ptr, stamp_base, DIAG & 16)
+            if half:
+                acc, m_i, l_i = _half_last_block(
+                    n_blocks - 1, q, k_smem, v_smem, k_ready, v_ready, kv_empty, acc, p_prev,
+                    alpha_o, m_i, l_i, rows, seqlen_k, causal_off, qk_scale, kv_base, WG, CAUSAL,
+                    BLOCK_N, HEAD_DIM, NUM_STAGES, s_layout, row_o, o_layout, FMA, q_empty,
+                    QREL, lse_ptr, stamp_base, DIAG & 16)
+        elif not SPLIT and not (DIAG & 32):
             for j in range(1, n_blocks):
                 acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
@@ -1385,7 +1494,11 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                             mbarrier.arrive(q_empty, count=1)
                     else:
                         mbarrier.arrive(q_empty, count=1)  # every QK^T of this tile has completed
-        if n_blocks > 0:
+        if HALF_DIAG:
+            if gl.where(half, 0, n_blocks) > 0:   # (with half, _half_last_block did it)
+                acc = _last_pv(acc, alpha_o, p_prev, v_smem, v_ready, kv_empty, kv_base,
+                               n_blocks, BLOCK_N, HEAD_DIM, NUM_STAGES)
+        elif n_blocks > 0:
             jl = kv_base + n_blocks - 1
             sl = jl % NUM_STAGES
             acc = acc * gl.expand_dims(alpha_o, 1)
@@ -3145,6 +3258,14 @@ def _check_switch_support(cfg: FwdConfig) -> None:
         raise ValueError("early_fetch: the dynamic scheduler's rows with one Q buffer only (no "
                          "q_prefetch, cross_tile 2 or q_per_warpgroup; early_fetch 2: no "
                          "kv_reverse or kv_release_nb)")
+    if cfg.diag_half and not (cfg.warp_specialize and cfg.persistent and cfg.overlap
+                              and cfg.num_consumers == 2 and cfg.block_m == cfg.block_n == 128
+                              and not (cfg.pingpong or cfg.split_loops or cfg.kv_reverse
+                                       or cfg.wg_bounds or cfg.cross_tile or cfg.asm_waits
+                                       or cfg.kv_release_nb or cfg.q_prefetch)):
+        raise ValueError("diag_half: the persistent rows with two consumer warpgroups, the "
+                         "overlap and 128 x 128 tiles only (no pingpong, split_loops, kv_reverse, "
+                         "wg_bounds, cross_tile, asm_waits, kv_release_nb or q_prefetch)")
     if cfg.q_l2_prefetch and cfg.early_fetch != 2:
         raise ValueError("q_l2_prefetch: with early_fetch 2 only (the next tile's id is known "
                          "mid-tile there)")
@@ -3227,7 +3348,7 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
             + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup
             + 512 * (cfg.cross_tile >= 1) + 1024 * (cfg.cross_tile == 2)
             + 2048 * (cfg.early_fetch == 1) + 4096 * (cfg.early_fetch == 2)
-            + 8192 * cfg.q_l2_prefetch)
+            + 8192 * cfg.q_l2_prefetch + 16384 * cfg.diag_half)
 
 
 def _softmax_fma_value(cfg: FwdConfig):
