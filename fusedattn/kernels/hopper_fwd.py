@@ -701,6 +701,11 @@ VARIANTS = {
     # -6.5 / -6.3 / -3.5%); ohefa 1.003 / 0.945 / 0.942x. o_half lost 4.7% at causal 8k in run
     # 47, on the row of then: next, 8k / 16k, then the grid and racecheck if it holds
     "ohefa": ({"o_half": True, "early_fetch": 2}, (256,)),
+    # session 27: hdim 256 causal with o_half and wg_bounds together (warpgroup 0 skips the
+    # tile's last 64-key block, all masked for its rows: 5.5% of the MMA work at 1k; wg_bounds
+    # alone won at 1k only in run 7, on the row of then). Spills 4 B (one store, one load): no
+    # compile case until it earns one
+    "ohwgb": ({"o_half": True, "wg_bounds": True}, (256,)),
     # session 27: warpgroup 0's diagonal block on its first 64 keys (diag_half), on the hdim 128
     # causal row, and on hdim 64's two-warpgroup form (d64w2c). Prediction: cycles -2..-4% at
     # causal 1k, -1..-2% at 2k
@@ -719,7 +724,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa", "dh"}
+            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa", "dh", "ohwgb"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
