@@ -8,9 +8,9 @@
 #      memcheck, racecheck (hazard report; the addresses' counts and the log's head kept) and
 #      synccheck on dh, hdim 128 causal, several tiles per program;
 #   2. rotated rounds with stamps (scripts/device_hopper_phases.sh): dh at hdim 128 causal 1k / 2k
-#      / 4k, d64w2cdh and d64w2c at hdim 64 causal 1k, o_half at hdim 256 causal 1k / 8k / 16k
-#      (run 112: +2.3 / +0.1 / +5.0% at 1k / 2k / 4k; run 47 lost 4.7% at 8k on the row of then);
-#      only the candidates whose step-1 checks passed, o_half always.
+#      / 4k, d64w2cdh and d64w2c at hdim 64 causal 1k, o_half, wgb (wg_bounds) and ohwgb (both)
+#      at hdim 256 causal 1k / 8k / 16k (o_half, run 112: +2.3 / +0.1 / +5.0% at 1k / 2k / 4k;
+#      run 47 lost 4.7% at 8k on the row of then); dh and d64w2cdh only if step 1 passed.
 # FA3's wheel first, as for every side-by-side run (pip install --target /tmp/site .whl/*.whl and
 # /tmp/site on PYTHONPATH); without it the rounds run without FA3.
 #     bash scripts/device_session.sh OUT [DEADLINE_S (560)]
@@ -39,7 +39,7 @@ grep -o "at attn_fwd_kernel+0x[0-9a-f]* in hopper_fwd.py:[0-9]*" "$out/racecheck
   | sed 's/+0x[0-9a-f]*//' | sort | uniq -c | sort -rn | head -20 > "$out/racecheck-lines.txt"
 head -60 "$out/racecheck.log" > "$out/racecheck-head.log" 2>/dev/null; rm -f "$out/racecheck.log"
 step synccheck 60 $CS --tool synccheck python3 scripts/racecheck_case.py 128 1 dh
-if [ "$dh_ok" = 0 ]; then cands="dh d64w2cdh d64w2c o_half"; else cands="o_half"; fi
+if [ "$dh_ok" = 0 ]; then cands="dh d64w2cdh d64w2c o_half wgb ohwgb"; else cands="o_half wgb ohwgb"; fi
 c=$(cap 330)
 step phases "$c" env HP_CELLS="128,1,1024;128,1,2048;128,1,4096;64,1,1024;256,1,1024;256,1,8192;256,1,16384" \
   HP_ROUNDS=${HP_ROUNDS:-5} PRECOMPILE_CAP=90 PHASES_CAP=$(( c - 100 )) \
