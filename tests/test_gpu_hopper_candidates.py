@@ -30,6 +30,30 @@ def _run(cfg, q, k, v, causal):
     return out, lse
 
 
+def _inputs(shape, head_dim, seed):
+    b, sq, h, sk, hk = shape
+    torch.manual_seed(seed)
+    q = torch.randn(b, sq, h, head_dim, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, sk, hk, head_dim, device="cuda", dtype=torch.bfloat16)
+    return q, k, torch.randn_like(k)
+
+
+def _check_bitwise(row, cand, q, k, v, causal):
+    """cand's out and lse equal row's bit for bit, three launches each (outputs NaN-poisoned),
+    and within the grid's rule of the float64 oracle."""
+    ref_out, ref_lse = _run(row, q, k, v, causal)
+    for _ in range(3):
+        out, lse = _run(cand, q, k, v, causal)
+        assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+        assert torch.equal(out, ref_out)
+        assert torch.equal(lse, ref_lse)
+    scale = q.shape[-1] ** -0.5
+    ro, rl = attention_oracle(q, k, v, causal, scale)
+    plain, _ = plain_pytorch_attention(q, k, v, causal, scale)
+    check_grid_rule("out", out, plain, ro, q.dtype)
+    assert torch.equal(torch.isinf(lse), torch.isinf(rl))
+
+
 @needs_sm90
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -40,24 +64,11 @@ def test_cross_tile_bitwise_equal_to_its_row(shape, causal, variant):
     order: out and lse equal the row's (causal: the table's row; non-causal: xt_dyn, the same
     dynamic form without the switch) bit for bit, three launches each; and within the grid's
     rule of the float64 oracle."""
-    b, sq, h, sk, hk = shape
-    torch.manual_seed(sq + sk)
-    q = torch.randn(b, sq, h, 128, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(b, sk, hk, 128, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+    q, k, v = _inputs(shape, 128, shape[1] + shape[3])
     row = H.get_config(128, causal) if causal else H.variant_config("xt_dyn", 128, False)
     xt = H.variant_config(variant, 128, causal)
     assert xt.cross_tile and not row.cross_tile
-    ref_out, ref_lse = _run(row, q, k, v, causal)
-    for _ in range(3):
-        out, lse = _run(xt, q, k, v, causal)
-        assert not torch.isnan(out).any() and not torch.isnan(lse).any()
-        assert torch.equal(out, ref_out)
-        assert torch.equal(lse, ref_lse)
-    ro, rl = attention_oracle(q, k, v, causal, 128 ** -0.5)
-    plain, _ = plain_pytorch_attention(q, k, v, causal, 128 ** -0.5)
-    check_grid_rule("out", out, plain, ro, q.dtype)
-    assert torch.equal(torch.isinf(lse), torch.isinf(rl))
+    _check_bitwise(row, xt, q, k, v, causal)
 
 
 @needs_sm90
@@ -70,24 +81,11 @@ def test_early_fetch_bitwise_equal_to_its_row(shape, head_dim, variant):
     prefetches that tile's Q rows into L2) instead of after its last K/V load. Each tile
     is computed as before, only possibly on another SM: out and lse equal the row's bit for bit,
     three launches each; and within the grid's rule of the float64 oracle."""
-    b, sq, h, sk, hk = shape
-    torch.manual_seed(sq + sk + head_dim)
-    q = torch.randn(b, sq, h, head_dim, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(b, sk, hk, head_dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+    q, k, v = _inputs(shape, head_dim, shape[1] + shape[3] + head_dim)
     row = H.get_config(head_dim, True)
     ef = H.variant_config(variant, head_dim, True)
     assert ef.early_fetch and not row.early_fetch and row.scheduler == 1
-    ref_out, ref_lse = _run(row, q, k, v, True)
-    for _ in range(3):
-        out, lse = _run(ef, q, k, v, True)
-        assert not torch.isnan(out).any() and not torch.isnan(lse).any()
-        assert torch.equal(out, ref_out)
-        assert torch.equal(lse, ref_lse)
-    ro, rl = attention_oracle(q, k, v, True, head_dim ** -0.5)
-    plain, _ = plain_pytorch_attention(q, k, v, True, head_dim ** -0.5)
-    check_grid_rule("out", out, plain, ro, q.dtype)
-    assert torch.equal(torch.isinf(lse), torch.isinf(rl))
+    _check_bitwise(row, ef, q, k, v, True)
 
 
 # diag_half must also refuse tiles: a last m-tile whose real rows (seqlen_q % 128 in 1..64) all
@@ -109,11 +107,7 @@ def test_diag_half_matches_the_oracle(shape, variant, head_dim, row_variant):
     lse's infinities where the oracle's, and within 1e-6 (relative) of its row (the products'
     accumulation order may differ), three launches each, causal (bottom-right, also with
     seqlen_k != seqlen_q, whose diagonal is not at a 64-key boundary)."""
-    b, sq, h, sk, hk = shape
-    torch.manual_seed(sq + 3 * sk)
-    q = torch.randn(b, sq, h, head_dim, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(b, sk, hk, head_dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+    q, k, v = _inputs(shape, head_dim, shape[1] + 3 * shape[3])
     row = (H.variant_config(row_variant, head_dim, True) if row_variant
            else H.get_config(head_dim, True))
     dh = H.variant_config(variant, head_dim, True)

@@ -1936,7 +1936,9 @@ def _producer_mid_fetch(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k
     stamps) after the tile's first NUM_STAGES K/V loads, where the producer would otherwise wait
     for block 0's stage to be released (Q's load, block 0's QK^T); with fewer blocks, after the
     last. PF (q_l2_prefetch): then the next tile's Q rows prefetched into L2 (_q_l2_prefetch).
-    Returns the fetched value."""
+    Returns the fetched value. (Its Q load restates _producer's: a shared helper called from
+    _producer changed the SASS of two pinned earlier rows, no_mlim at hdim 256 and no_qrel at
+    hdim 128 causal.)"""
     if NC == 3:
         M_Q: gl.constexpr = q_desc.block_type.shape[1]
         mbarrier.expect(q_bar, 3 * q_desc.block_type.nbytes)
