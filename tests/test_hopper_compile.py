@@ -1115,8 +1115,8 @@ def test_cross_tile(reports):
 
 def test_early_fetch(reports):
     """early_fetch (session 27 candidates ef, efa): the same kernel as the causal row but for
-    where the producer's atomic sits (one per tile either way), so the same products, barriers and TMA
-    counts, no spills, the same shared memory; refused where the producer is not
+    where the producer's atomic sits (one per tile either way), so the same products, barriers
+    and TMA counts, no spills, the same shared memory; refused where the producer is not
     _producer_dynamic."""
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}

@@ -724,7 +724,8 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
-            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa", "dh", "ohwgb"}
+            "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
+            "dh", "ohwgb"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -2204,7 +2205,8 @@ def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
                           NUM_STAGES: gl.constexpr, DIAG: gl.constexpr = 0, lse_ptr=None,
                           q_ptr=None, D_REAL: gl.constexpr = 128):
     # the three-consumer dynamic rows' producer: per-warpgroup Q (q_per_warpgroup, DIAG bit 256)
-    # or one Q tile for the three (with its stamps and early_fetch, DIAG bits 16 and 2048)
+    # or one Q tile for the three (with its stamps, early_fetch and q_l2_prefetch: DIAG bits 16,
+    # 2048, 4096, 8192)
     if DIAG & 256:
         _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                              k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
@@ -3512,8 +3514,6 @@ def forward(q, k, v, causal: bool, softmax_scale: float, config: FwdConfig | Non
         hit = None if _key_only else _FAST.get(key)
         if hit is not None:
             compiled, template, index = hit
-            if cfg.q_l2_prefetch:
-                runtime["q_ptr"] = q
             runtime.update(q_desc=_DescArg(q), k_desc=_DescArg(k), v_desc=_DescArg(v),
                            out_ptr=out, lse_ptr=lse, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                            heads=heads, kv_group=kv_group, num_m_tiles=num_m_tiles,
@@ -3616,7 +3616,7 @@ def compile_sm90(head_dim: int = 128, causal: bool = False, dtype: str = "bf16",
             signature["l2_heads"] = "i32"
             signature["n_bh_arg"] = "i32"
             constexprs["DYNAMIC"] = True
-            if cfg.q_l2_prefetch:  # (forward passes q and its strides as runtime arguments)
+            if cfg.q_l2_prefetch:  # (forward passes q as a runtime argument)
                 signature["q_ptr"] = f"*{dtype}"
         else:
             constexprs.update(tile_counter=None, l2_heads=None, DYNAMIC=False)
