@@ -128,14 +128,18 @@ def phases(cfg, q, k, v, causal, d):
     torch.cuda.synchronize()
     bm, bn = cfg.block_m, cfg.block_n
     n_m = -(-s // bm)   # m-tiles per (batch, head); each tile's stamps: its first 32 lse entries
-    rows = (torch.arange(n_m, device=lse.device)[:, None] * bm
+    # (bottom_tiles, causal: tile m starts at s - (n_m - m) * bm, its stamps in its last 32)
+    bottom = causal and cfg.bottom_tiles
+    starts = [s - (n_m - m) * bm if bottom else m * bm for m in range(n_m)]
+    rows = (torch.tensor([m0 + (bm - 32 if bottom else 0) for m0 in starts],
+                         device=lse.device)[:, None]
             + torch.arange(32, device=lse.device)[None, :]).reshape(-1)
     st = lse.view(b * h, s)[:, rows].reshape(b * h, n_m, 32).contiguous()
     st = st.view(torch.int64).reshape(-1, 16).cpu().tolist()
     nblk = []
     for _ in range(b * h):
         for m in range(n_m):
-            kv_end = min((m + 1) * bm, s) if causal else s
+            kv_end = min(starts[m] + bm, s) if causal else s
             nblk.append(-(-kv_end // bn))
     by_sm = {}
     for i, r in enumerate(st):

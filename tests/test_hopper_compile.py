@@ -162,6 +162,11 @@ CASES = [
     # session 27: hdim 64 causal on 128-row tiles with two consumer warpgroups (run 111: the
     # grid passed with it as the table's row up to seqlen 1024; not adopted)
     (64, True, {"variant": "d64w2c"}),
+    # session 28 candidate: the causal m-tiles aligned to seqlen_q's end (bottom_tiles)
+    (64, True, {"variant": "bt"}),
+    (128, True, {"variant": "bt"}),
+    (256, True, {"variant": "bt"}),
+    (64, True, {"variant": "bt", "diag_stamps": True}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -1168,3 +1173,25 @@ def test_diag_half(reports):
             H._check_switch_support(H.get_config(128, True, diag_half=True, **bad))
     with pytest.raises(ValueError, match="diag_half"):   # hdim 256's 64-key blocks
         H._check_switch_support(H.get_config(256, True, diag_half=True))
+
+
+def test_bottom_tiles(reports):
+    """bottom_tiles (session 28 candidate bt): the causal rows' m-tiles counted from seqlen_q's
+    end. Only the tile decode and the row bounds change: the same products, no spills, the rows'
+    shared memory; refused outside the dynamic scheduler's one-Q-buffer producer. The shipped
+    rows do not have it."""
+    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+               for r in reports}
+    for d in (64, 128, 256):
+        row = by_case[(d, True, json.dumps({}))]
+        bt = by_case[(d, True, json.dumps({"variant": "bt"}))]
+        assert bt["config"]["bottom_tiles"] and not row["config"]["bottom_tiles"]
+        assert bt["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
+        assert bt["spill_stores"] == 0 and bt["shared_bytes"] == row["shared_bytes"]
+        assert bt["sass_sha1"] != row["sass_sha1"]
+    assert not any(H.get_config(d, c).bottom_tiles for d in (64, 128, 256) for c in (0, 1))
+    for d, bad in ((64, dict(scheduler=0)), (64, dict(q_prefetch=True)),
+                   (64, dict(q_per_warpgroup=True)), (64, dict(early_fetch=2)),
+                   (64, dict(persistent=False)), (128, dict(diag_half=True))):
+        with pytest.raises(ValueError, match="bottom_tiles"):
+            H._check_switch_support(H.get_config(d, True, bottom_tiles=True, **bad))

@@ -251,6 +251,14 @@ class FwdConfig:
                                     # _half_last_block) when its rows see none of the rest: a
                                     # quarter of the diagonal block's products per tile (5.5% of
                                     # the MMA work at 1k, 2.9% at 2k; hopper_log.md v5 item 3)
+    bottom_tiles: bool = False      # session 28 candidate, off (QPF_DIAG bit 32768; the dynamic
+                                    # scheduler's causal rows): m-tiles aligned to seqlen_q's end,
+                                    # m_start = seqlen_q - (t + 1) * block_m, so that a ragged
+                                    # tile is the first (rows below 0 zero-filled by the copy
+                                    # engine, never stored), whose few keys make its idle
+                                    # warpgroups cheap, not the last with every key. hdim 64's
+                                    # 192-row tiles at seqlen 1k: the last m-tile's one busy
+                                    # warpgroup of three took 23300 cycles (run 113's stamps)
     # --- session 25 candidates, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-5) ---
     row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
                                     # (hopper_fp8_fwd._row_tree), not the reduction's chain
@@ -713,6 +721,13 @@ VARIANTS = {
     "d64w2cdh": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                   "o_buffer": True, "mask_limit": True, "q_release_early": True,
                   "diag_half": True}, (64,)),
+    # session 28: the causal rows' m-tiles aligned to seqlen_q's end (bottom_tiles). hdim 64's
+    # 192-row tiles at 1k: the ragged tile (64 rows) becomes the first, with 1 key block, not
+    # the last, with 8 for one busy warpgroup (23300 cycles, the longest tile; run 113's stamps).
+    # Prediction: causal cycles -8..-12% at 1k, -4..-6% at 512, -2..-4% at 2k, 0 at 768 / 1536
+    # (multiples of 192). At hdim 128 / 256 the bench's seqlens are multiples of 128: the same
+    # tiles (a control for the switch's cost)
+    "bt": ({"bottom_tiles": True}, (64, 128, 256)),
     # d64w2c with the next tile's fetch mid-tile and its Q prefetched into L2 (efq)
     "d64w2cq": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
@@ -725,7 +740,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
-            "dh", "ohwgb"}
+            "dh", "ohwgb", "bt"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -1340,6 +1355,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
 
     stamp_base = (b * heads + h) * seqlen_q + m_start  # diag_stamps
+    if DIAG & 32768:  # bottom_tiles: the stamps in the tile's last 32 rows (its first may be < 0)
+        stamp_base += BLOCK_M - 32
     if DIAG & 16:
         if WG == 0:
             _stamp(lse_ptr, stamp_base, 0, _CLOCK)
@@ -1359,6 +1376,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             # tiling: at seqlen 1024, 1152 rows for 1024) computes nothing; its blocks are
             # released unread below and its TMA store is clipped by the copy engine
             n_blocks = gl.where(m_start + WG * M_WG >= seqlen_q, 0, n_blocks)
+            if DIAG & 32768:  # bottom_tiles: and one whose rows all lie below 0
+                n_blocks = gl.where(m_start + WG * M_WG + M_WG <= 0, 0, n_blocks)
             n_unmasked = gl.minimum(n_unmasked, n_blocks)
 
     mbarrier.wait(q_bar, q_phase)
@@ -1660,12 +1679,19 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         row_off = ((b.to(gl.int64) * seqlen_q + rows_o) * heads + h) * D_REAL
         o_ptrs = out_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(cols_o, 0)
         o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < D_REAL, 0)
+        if DIAG & 32768:  # bottom_tiles: rows below 0
+            o_mask = o_mask & gl.expand_dims(rows_o >= 0, 1)
         gl.store(o_ptrs, out.to(dtype), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
-    if DIAG & 16:  # the stamps own the tile's first 32 lse entries
-        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 32))
+    if DIAG & 16:  # the stamps own the tile's first 32 lse entries (bottom_tiles: its last 32)
+        if DIAG & 32768:
+            gl.store(lse_ptrs, lse, mask=(rows < m_start + BLOCK_M - 32) & (rows >= 0))
+        else:
+            gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 32))
         if WG == 0:
             _stamp(lse_ptr, stamp_base, 4, _CLOCK)
+    elif DIAG & 32768:
+        gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= 0))
     else:
         gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
     return kv_base + n_tile, turn_base + turns
@@ -1836,8 +1862,10 @@ def _consumer_persistent_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_
 # --------------------------------------------------------------------------------------------
 @gluon.jit
 def _tile_info_lpt(tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
-                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Tile id of the dynamic schedule -> (b, h, kvh, m_start, n_blocks, n_unmasked)."""
+                   CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   BOTTOM: gl.constexpr = 0):
+    """Tile id of the dynamic schedule -> (b, h, kvh, m_start, n_blocks, n_unmasked). BOTTOM
+    (bottom_tiles, causal): m-tiles counted from seqlen_q's end, the first may start below 0."""
     sec_tiles = l2_heads * num_m_tiles
     sec = tile // sec_tiles
     r = tile - sec * sec_tiles
@@ -1848,7 +1876,10 @@ def _tile_info_lpt(tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q,
     b = bh // heads
     h = bh % heads
     kvh = h // kv_group
-    m_start = pid_m * BLOCK_M
+    if BOTTOM and CAUSAL:
+        m_start = seqlen_q - (m_rev + 1) * BLOCK_M  # still longest first
+    else:
+        m_start = pid_m * BLOCK_M
     causal_off = seqlen_k - seqlen_q
     if CAUSAL:
         m_end = gl.minimum(m_start + BLOCK_M, seqlen_q)
@@ -2002,11 +2033,13 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
     while tile < num_tiles:
         b, h, kvh, m_start, n_blocks, n_unmasked = _tile_info_lpt(
             tile, n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
-            CAUSAL, BLOCK_M, BLOCK_N)
+            CAUSAL, BLOCK_M, BLOCK_N, DIAG & 32768)
         if DIAG & 2048:  # early_fetch 1: the fetch at the top (its wait before the Q load)
             r = gl.atomic_add(tile_counter, 1)
         if DIAG & 16:
             stamp_base = (b * heads + h) * seqlen_q + m_start
+            if DIAG & 32768:  # bottom_tiles: the tile's last 32 rows (its first may be < 0)
+                stamp_base += BLOCK_M - 32
             _stamp(lse_ptr, stamp_base, 13, _CLOCK)
         mbarrier.wait(q_empty, (i & 1) ^ 1)  # the consumers have read Q and the item of tile i-1
         if DIAG & 16:
@@ -2216,7 +2249,8 @@ def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
         _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                           k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh, num_m_tiles,
                           l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL, BLOCK_M,
-                          BLOCK_N, NUM_STAGES, 3, DIAG & (16 | 2048 | 4096 | 8192), lse_ptr,
+                          BLOCK_N, NUM_STAGES, 3, DIAG & (16 | 2048 | 4096 | 8192 | 32768),
+                          lse_ptr,
                           q_ptr, D_REAL)
 
 
@@ -3275,6 +3309,15 @@ def _check_switch_support(cfg: FwdConfig) -> None:
         raise ValueError("diag_half: the persistent rows with two consumer warpgroups, the "
                          "overlap and 128 x 128 tiles only (no pingpong, split_loops, kv_reverse, "
                          "wg_bounds, cross_tile, asm_waits, kv_release_nb or q_prefetch)")
+    # bottom_tiles: _producer_dynamic's tile decode only (not early_fetch 2's or q_l2_prefetch's
+    # second decode, v10's or q_per_warpgroup's producers); causal only (non-causal tiles all
+    # cost the same); not with diag_half, whose half block assumes the row's tile alignment
+    if cfg.bottom_tiles and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
+                                 and not (cfg.q_prefetch or cfg.cross_tile
+                                          or cfg.q_per_warpgroup or cfg.early_fetch == 2
+                                          or cfg.diag_half)):
+        raise ValueError("bottom_tiles: the dynamic scheduler's rows with one Q buffer only (no "
+                         "q_prefetch, cross_tile, q_per_warpgroup, early_fetch 2 or diag_half)")
     if cfg.q_l2_prefetch and cfg.early_fetch != 2:
         raise ValueError("q_l2_prefetch: with early_fetch 2 only (the next tile's id is known "
                          "mid-tile there)")
@@ -3357,7 +3400,7 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
             + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup
             + 512 * (cfg.cross_tile >= 1) + 1024 * (cfg.cross_tile == 2)
             + 2048 * (cfg.early_fetch == 1) + 4096 * (cfg.early_fetch == 2)
-            + 8192 * cfg.q_l2_prefetch + 16384 * cfg.diag_half)
+            + 8192 * cfg.q_l2_prefetch + 16384 * cfg.diag_half + 32768 * cfg.bottom_tiles)
 
 
 def _softmax_fma_value(cfg: FwdConfig):
