@@ -1611,6 +1611,22 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         m_i = m_i * qk_scale  # FMA kept the raw-score max
     lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln 2
 
+    o_row = m_start + WG * M_WG  # the first row of this warpgroup's O box
+    if DIAG & 32768:
+        if TMA_STORE:
+            # bottom_tiles: a TMA store whose box starts below row 0 is an illegal instruction
+            # (run 114; loads there are zero-filled). Such a warpgroup's rows go out by pointer
+            # stores, and its box is aimed at seqlen_q, where the copy engine clips every row
+            if o_row < 0:
+                rows_b = o_row + gl.arange(0, M_WG, layout=row_o)
+                cols_b = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+                off_b = ((b.to(gl.int64) * seqlen_q + rows_b) * heads + h) * D_REAL
+                mask_b = (gl.expand_dims((rows_b >= 0) & (rows_b < seqlen_q), 1)
+                          & gl.expand_dims(cols_b < D_REAL, 0))
+                gl.store(out_ptr + gl.expand_dims(off_b, 1) + gl.expand_dims(cols_b, 0),
+                         out.to(dtype), mask=mask_b)
+            o_row = gl.where(o_row < 0, seqlen_q, o_row)
+
     if TMA_STORE == 4:
         # o_half: warpgroup 0 waits until warpgroup 1's store of the previous tile has read the
         # buffer (the first tile passes: parity 1 of a fresh barrier), warpgroup 1 until
@@ -1623,7 +1639,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         o_half.reshape([M_WG, HEAD_DIM]).store(out.to(dtype))
         fence_async_shared()
         gl.thread_barrier()
-        tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0], o_half)
+        tma.async_copy_shared_to_global(o_desc, [b, o_row, h, 0], o_half)
         tma.store_wait(0)
         gl.thread_barrier()
         mbarrier.arrive(turn_bars.index(WG), count=1)
@@ -1641,10 +1657,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         fence_async_shared()
         gl.thread_barrier()
         if NC == 3:
-            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+            tma.async_copy_shared_to_global(o_desc, [b, o_row, h, 0],
                                             q_smem.index(4 + WG))
         else:
-            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+            tma.async_copy_shared_to_global(o_desc, [b, o_row, h, 0],
                                             o_buf.slice(WG * M_WG, M_WG, dim=1))
     elif TMA_STORE:
         # O goes through this warpgroup's own rows of the Q tile in shared memory (every QK^T
@@ -1658,10 +1674,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         fence_async_shared()
         gl.thread_barrier()  # the whole warpgroup has written its rows (a named barrier of 128)
         if NC == 3:
-            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+            tma.async_copy_shared_to_global(o_desc, [b, o_row, h, 0],
                                             _q_box(q_smem, q_base, WG, TMA_STORE))
         else:
-            tma.async_copy_shared_to_global(o_desc, [b, m_start + WG * M_WG, h, 0],
+            tma.async_copy_shared_to_global(o_desc, [b, o_row, h, 0],
                                             q_smem.slice(WG * M_WG, M_WG, dim=1))
         if TMA_STORE == 1:
             tma.store_wait(0)
