@@ -164,6 +164,7 @@ CASES = [
     (64, True, {"variant": "d64w2c"}),
     # session 28 candidate: the causal m-tiles aligned to seqlen_q's end (bottom_tiles)
     (64, True, {"variant": "bt"}),
+    (64, True, {"variant": "no_bt"}),     # the hdim 64 causal row before it
     (128, True, {"variant": "bt"}),
     (256, True, {"variant": "bt"}),
     (64, True, {"variant": "bt", "diag_stamps": True}),
@@ -219,7 +220,11 @@ VERIFIED_SASS = {
     # session 13: q_release_early in the hdim 64 causal row (device run 66); GPU grid 775 passed
     # and 1 failed out of memory (12 workers; it passed alone in run 69), memcheck 0, racecheck
     # on the work item and hand-off bytes only, in device run 68 (RESULTS.md)
-    (64, True, ()): "0787476653ddb39beab8f91c95d90f8e2da3e034",
+    # (the row of runs 68-114, now variant no_bt)
+    (64, True, (("variant", "no_bt"),)): "0787476653ddb39beab8f91c95d90f8e2da3e034",
+    # session 28: bottom_tiles in the hdim 64 causal row (variant bt, device run 115); GPU grid,
+    # memcheck and racecheck in device run 116 (RESULTS.md)
+    (64, True, ()): "24634b6e226547f1c61e984eacb3ca85b8fd9922",
     # session 14: q_per_warpgroup with 3 K / V stages in the hdim 64 non-causal row (variant
     # qw3, device run 71); GPU grid 775 passed and 1 failed out of memory (an hdim 256 case, as
     # in run 68), memcheck 0, synccheck 0, racecheck on the three work-item slots and the
@@ -1176,21 +1181,23 @@ def test_diag_half(reports):
 
 
 def test_bottom_tiles(reports):
-    """bottom_tiles (session 28 candidate bt): the causal rows' m-tiles counted from seqlen_q's
+    """bottom_tiles (session 28, variant bt): the causal rows' m-tiles counted from seqlen_q's
     end. Only the tile decode, the row bounds and the O store of rows below 0 change: the same
-    products, no spills, the rows' shared memory (within 64 B); refused outside the dynamic scheduler's one-Q-buffer producer. The shipped
-    rows do not have it."""
+    products, no spills, the rows' shared memory (within 64 B); refused outside the dynamic
+    scheduler's one-Q-buffer producer. In the table: the hdim 64 causal row only."""
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}
     for d in (64, 128, 256):
-        row = by_case[(d, True, json.dumps({}))]
+        row = by_case[(d, True, json.dumps({"variant": "no_bt"} if d == 64 else {}))]
         bt = by_case[(d, True, json.dumps({"variant": "bt"}))]
         assert bt["config"]["bottom_tiles"] and not row["config"]["bottom_tiles"]
         assert bt["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
         # (+16 B at hdim 128: the pointer store of a warpgroup whose rows start below 0)
         assert bt["spill_stores"] == 0 and bt["shared_bytes"] <= row["shared_bytes"] + 64
         assert bt["sass_sha1"] != row["sass_sha1"]
-    assert not any(H.get_config(d, c).bottom_tiles for d in (64, 128, 256) for c in (0, 1))
+    # in the table: the hdim 64 causal row only (runs 115-116)
+    assert [(d, c) for d in (64, 128, 256) for c in (0, 1)
+            if H.get_config(d, c).bottom_tiles] == [(64, 1)]
     for d, bad in ((64, dict(scheduler=0)), (64, dict(q_prefetch=True)),
                    (64, dict(q_per_warpgroup=True)), (64, dict(early_fetch=2)),
                    (64, dict(persistent=False)), (128, dict(diag_half=True))):

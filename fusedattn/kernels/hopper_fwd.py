@@ -351,11 +351,18 @@ CONFIGS = {
     # P V. Device run 66 (stamps: each SM's busy cycles; rotated rounds, 5): causal 1k / 2k / 4k
     # cycles -5.4 / -5.6 / -2.9%, time +2.9 / +5.2 / -0.7% (its SM clock 2% lower). The previous
     # row is variant no_qrel.
+    # m-tiles aligned to seqlen_q's end (bottom_tiles, variant bt, session 28): the ragged
+    # m-tile of the 192-row tiling (1024 = 5 x 192 + 64) becomes the first, with one key block,
+    # instead of the last, where one busy warpgroup of three took all 8 (23300 cycles, the
+    # longest tile; run 113's stamps). Device run 115 (H100; stamps, rotated rounds, 5):
+    # causal 512 / 1k / 2k / 4k time +4.6 / +10.4 / -1.1 / -2.6%, each SM's busy cycles (mean
+    # span) -5.0 / -8.2 / -0.2 / -0.8% (the 4k rounds at a 3.7% lower clock); 1k 0.96x cuDNN
+    # against the row's 0.87x in that process. The previous row is variant no_bt.
     (64, True): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
                       persistent=True, scheduler=1, tma_store=True, wg_bounds=True,
                       split_loops=True, skip_empty_wg=True, o_buffer=True, mask_limit=True,
-                      q_release_early=True),
+                      q_release_early=True, bottom_tiles=True),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
@@ -728,6 +735,7 @@ VARIANTS = {
     # (multiples of 192). At hdim 128 / 256 the bench's seqlens are multiples of 128: the same
     # tiles (a control for the switch's cost)
     "bt": ({"bottom_tiles": True}, (64, 128, 256)),
+    "no_bt": ({"bottom_tiles": False}, (64,)),   # the (64, True) row before run 116
     # d64w2c with the next tile's fetch mid-tile and its Q prefetched into L2 (efq)
     "d64w2cq": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
@@ -740,7 +748,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
-            "dh", "ohwgb", "bt"}
+            "dh", "ohwgb", "bt", "no_bt"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
