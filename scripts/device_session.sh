@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# A session's device call, in the order of what each step decides, for whichever card comes.
-# Each step has its own cap under one deadline; full logs under OUT, tarred to OUT.tgz; a short
-# summary last. Session 28's third call: bottom_tiles in the (64, True) row (runs 114-115):
-#   1. scripts/device_adopt.sh: the hopper GPU grid and API tests with the table as it is now,
-#      memcheck on every hopper sanitizer case, racecheck and synccheck on the new row with a
-#      ragged seqlen and several tiles per program (8 x 1000 x 8 heads: the first m-tile starts
-#      at row -152);
-#   2. bottom_tiles' own GPU test (every causal row's variant bt against the oracle and its row).
-# FA3's wheel is not needed here.
+# A session's first device call, for whichever card comes. Session 29's plan (issue #4's 1k
+# cells; RESULTS.md, "State at the end of session 28"): run 118 found that at hdim 128 / 256
+# causal 1k our kernel needs fewer cycles per call than cuDNN but more energy, so under the power
+# limit it runs at a lower clock. This call counts where the energy goes:
+#   1. scripts/ncu_counts.sh: DRAM / L2 bytes, instructions and shared-memory wavefronts of ours,
+#      cuDNN's and FA3's kernels at the 1k cells (causal, hdim 64 / 128 / 256; hdim 128
+#      non-causal), one CSV and a table on stdout;
+#   2. scripts/energy_cells.py at the same cells (mJ, W, MHz and cycles per call).
+# FA3's wheel first (pip install --target /tmp/site .whl/*.whl and /tmp/site on PYTHONPATH).
 #     bash scripts/device_session.sh OUT [DEADLINE_S (560)]
 set -u
 out=${1:?usage: device_session.sh OUT [DEADLINE_S]}
@@ -19,20 +19,15 @@ source scripts/device_steps.sh
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.limit --format=csv > "$out/smi.txt" 2>&1
 git log -1 --format='%H %cd' > "$out/commit.txt" 2>/dev/null
 
-c=$(cap 470)
-step adopt "$c" env ADOPT_SYNCCHECK=1 GRID_CAP=230 bash scripts/device_adopt.sh "$out/adopt" \
-  "64,1,8,1000,8,8" $(( c - 5 ))
-# racecheck's full log can run to ~100 MB: keep each one's head (the addresses' counts are kept)
-if [ -f "$out/adopt.tgz" ]; then
-  tar -C "$out" -xzf "$out/adopt.tgz" && rm -f "$out/adopt.tgz"
-  for f in "$out"/adopt/racecheck-*.log; do
-    [ -e "$f" ] && head -80 "$f" > "$f.head" && rm -f "$f"
-  done
-fi
-step bt-test 90 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_gpu_hopper_candidates.py \
-  -k bottom_tiles
+cases=()
+for c in "128 1" "256 1" "64 1" "128 0"; do
+  for i in hopper cudnn fa3; do cases+=("$i $c 1024"); done
+done
+step ncu 240 bash scripts/ncu_counts.sh "$out/ncu" "${cases[@]}"
+step energy 200 env EC_CELLS="128,1,1024;256,1,1024;64,1,1024;128,0,1024" EC_ROUNDS=3 \
+  python3 scripts/energy_cells.py "$out/energy"
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
-grep -h "passed\|failed\|ERROR SUMMARY\|hazard" "$out/adopt.log" | tail -12
-cat "$out"/adopt/racecheck-*-addresses.txt 2>/dev/null | awk '{print $3}' | sort | sed -n '1p;$p'
+cat "$out/ncu.log"
+grep "^d" "$out/energy.log"
 tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")"

@@ -482,7 +482,8 @@ def test_mask_limit_in_the_causal_rows(reports):
     by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
                for r in reports}
     for d in (64, 128, 256):
-        row = by_case[(d, True, json.dumps({}))]
+        # (hdim 64: the row before bottom_tiles, as no_mlim is)
+        row = by_case[(d, True, json.dumps({"variant": "no_bt"} if d == 64 else {}))]
         old = by_case[(d, True, json.dumps({"variant": "no_mlim"}))]
         assert row["config"]["mask_limit"] and not old["config"]["mask_limit"]
         assert not H.get_config(d, False).mask_limit
@@ -597,7 +598,8 @@ def test_new_switches_are_refused_where_they_do_not_apply():
         H._check_switch_support(H.get_config(128, False, diag_stamps=True, num_consumers=3,
                                              block_m=192))
     # three consumers, dynamic (the row's q_release_early is bit 128)
-    assert H._qpf_diag_bits(H.get_config(64, True, diag_stamps=True)) == 16 + 128
+    # (the hdim 64 causal row: q_release_early 128, bottom_tiles 32768)
+    assert H._qpf_diag_bits(H.get_config(64, True, diag_stamps=True)) == 16 + 128 + 32768
     with pytest.raises(ValueError, match="diag_stamps"):
         H.compile_sm90(128, False, config=H.get_config(128, False, diag_stamps=True,
                                                        warp_specialize=False))
@@ -633,7 +635,7 @@ def test_o_buffer_with_three_consumers(reports):
         H.forward(q, q, q, False, 0.1, config=H.variant_config("no_qw", 64, False, o_buffer=True))
     with pytest.raises(ValueError, match="q_prefetch"):
         H.compile_sm90(64, False, config=H.variant_config("no_qw", 64, False, o_buffer=True))
-    for bad in (dict(persistent=False, scheduler=0), dict(tma_store=False)):
+    for bad in (dict(persistent=False, scheduler=0, bottom_tiles=False), dict(tma_store=False)):
         with pytest.raises(ValueError, match="o_buffer needs"):
             H.compile_sm90(64, True, config=H.get_config(64, True, **bad))
 

@@ -499,8 +499,8 @@ VARIANTS = {
     # (adopted for hdim 64 causal after device run 15; non-causal: flat there, not adopted)
     "skip_empty": ({"skip_empty_wg": True}, (64,)),
     # hdim 64 causal's row before run 15
-    "keep_empty": ({"skip_empty_wg": False, "o_buffer": False, "mask_limit": False,
-                    "q_release_early": False}, (64,)),
+    "keep_empty": ({"bottom_tiles": False, "skip_empty_wg": False, "o_buffer": False,
+                    "mask_limit": False, "q_release_early": False}, (64,)),
     # the dynamic scheduler's L2 section (FA3's 32 MB) halved and doubled, on the causal rows
     "l2_16": ({"l2_section_mb": 16}, None),
     "l2_64": ({"l2_section_mb": 64}, None),
@@ -567,7 +567,8 @@ VARIANTS = {
     # the rows before session 11's adoptions (device run 48): hdim 256 non-causal without o_half,
     # hdim 64 causal without o_buffer
     "no_o_half": ({"o_half": False}, (256,)),
-    "no_o_buf3": ({"o_buffer": False, "mask_limit": False, "q_release_early": False}, (64,)),
+    "no_o_buf3": ({"bottom_tiles": False, "o_buffer": False, "mask_limit": False,
+                   "q_release_early": False}, (64,)),
     # session 11: FA3's key-block order on the hdim 128 causal row (device run 51's stamps: the
     # causal loop costs 2788 cycles per block at 2k against the non-causal loop's 2441; FA3 leads
     # by 4-14% at 1k-4k). The diagonal block first, where block 0's softmax waits for its QK^T
@@ -594,7 +595,7 @@ VARIANTS = {
              (64, 128)),
     # hdim 64 causal's row before q_release_early was adopted (device run 66); hdim 128 causal's
     # (session 17, after device run 79)
-    "no_qrel": ({"q_release_early": False}, (64, 128)),
+    "no_qrel": ({"q_release_early": False, "bottom_tiles": False}, (64, 128)),
     # session 13 candidates: per-warpgroup Q boxes and barriers on the hdim 64 rows
     # (non-causal: o_buf3's row), with 2 and 3 K / V stages (with 3 the next tile's first block
     # can load one block earlier). Device run 71 (tile cycles against the rows of then): causal
@@ -653,7 +654,8 @@ VARIANTS = {
     "joint_aw": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True, "asm_waits": True,
                   "q_release_early": False}, (128, 256)),
     "aw": ({"kv_release_nb": True, "asm_waits": True}, (128, 256)),
-    "no_mlim": ({"mask_limit": False, "q_release_early": False}, (64, 128, 256)),
+    "no_mlim": ({"mask_limit": False, "q_release_early": False, "bottom_tiles": False},
+                (64, 128, 256)),
     # session 25: one score in 4 / 8 takes its exp2 on the FMA pipe (exp_poly), on the shipped
     # rows. Run 101 (hdim 64): slower, not adopted
     "ep4": ({"exp_poly": 4}, (64, 128)),
@@ -778,7 +780,13 @@ def variant_config(name: str, head_dim: int, causal: bool = False, **overrides) 
         nc = over.pop("non_causal", {})
         if not causal:
             over.update(nc)
-        return get_config(head_dim, causal, **{**over, **overrides})
+        merged = {**over, **overrides}
+        cfg = get_config(head_dim, causal, **merged)
+        if cfg.bottom_tiles and "bottom_tiles" not in merged and not bottom_tiles_fit(cfg):
+            # a variant measured on the row before bottom_tiles (the hdim 64 causal row's since
+            # run 116) whose switches bottom_tiles does not go with: on that row, without it
+            cfg = replace(cfg, bottom_tiles=False)
+        return cfg
     return base_config(head_dim, **{**VARIANTS[name][0], **overrides})
 
 
@@ -3296,6 +3304,14 @@ def _tma_store_mode(cfg: FwdConfig):
     return 2 if cfg.o_buffer else cfg.tma_store
 
 
+def bottom_tiles_fit(cfg: FwdConfig) -> bool:
+    """Whether bottom_tiles can go with cfg's other switches: _producer_dynamic's tile decode
+    (the dynamic scheduler, one Q buffer; not early_fetch 2's second decode) and not diag_half."""
+    return (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
+            and not (cfg.q_prefetch or cfg.cross_tile or cfg.q_per_warpgroup
+                     or cfg.early_fetch == 2 or cfg.diag_half))
+
+
 def _check_switch_support(cfg: FwdConfig) -> None:
     """o_half, o_buffer, q_prefetch and diag_stamps only where the kernel implements them
     (forward and compile_sm90, before any kernel work; scripts/hopper_tile_phases.py asks it
@@ -3336,10 +3352,7 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     # bottom_tiles: _producer_dynamic's tile decode only (not early_fetch 2's or q_l2_prefetch's
     # second decode, v10's or q_per_warpgroup's producers); causal only (non-causal tiles all
     # cost the same); not with diag_half, whose half block assumes the row's tile alignment
-    if cfg.bottom_tiles and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
-                                 and not (cfg.q_prefetch or cfg.cross_tile
-                                          or cfg.q_per_warpgroup or cfg.early_fetch == 2
-                                          or cfg.diag_half)):
+    if cfg.bottom_tiles and not bottom_tiles_fit(cfg):
         raise ValueError("bottom_tiles: the dynamic scheduler's rows with one Q buffer only (no "
                          "q_prefetch, cross_tile, q_per_warpgroup, early_fetch 2 or diag_half)")
     if cfg.q_l2_prefetch and cfg.early_fetch != 2:
