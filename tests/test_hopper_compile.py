@@ -1082,8 +1082,9 @@ def test_q_per_warpgroup(reports):
     for bad in (dict(q_prefetch=True, o_buffer=False, q_release_early=False),
                 dict(o_buffer=False, q_release_early=False),
                 dict(scheduler=0, wg_bounds=False, q_release_early=False)):
-        with pytest.raises(ValueError, match="q_per_warpgroup"):
-            H._check_switch_support(H.get_config(64, True, q_per_warpgroup=True, **bad))
+        with pytest.raises(ValueError, match="q_per_warpgroup"):   # (the row's bottom_tiles
+            H._check_switch_support(H.get_config(64, True, q_per_warpgroup=True,  # off: its own
+                                                 bottom_tiles=False, **bad))      # refusal)
     with pytest.raises(ValueError, match="q_per_warpgroup"):
         H._check_switch_support(H.get_config(128, True, q_per_warpgroup=True))
 
@@ -1197,6 +1198,12 @@ def test_bottom_tiles(reports):
         # (+16 B at hdim 128: the pointer store of a warpgroup whose rows start below 0)
         assert bt["spill_stores"] == 0 and bt["shared_bytes"] <= row["shared_bytes"] + 64
         assert bt["sass_sha1"] != row["sass_sha1"]
+    # a non-causal launch of the causal row's config: bottom_tiles moves causal tiles only, so
+    # none of its code (the stamps' place, the lse mask, the O store below row 0) is there
+    import fusedattn.inspect as fi
+    sha = [fi.sass_digest(fi.sass_counts(H.compile_sm90(64, False, "bf16", H.get_config(
+        64, True, bottom_tiles=bt, diag_stamps=True)).asm["cubin"])["sass"]) for bt in (0, 1)]
+    assert sha[0] == sha[1]
     # in the table: the hdim 64 causal row only (runs 115-116)
     assert [(d, c) for d in (64, 128, 256) for c in (0, 1)
             if H.get_config(d, c).bottom_tiles] == [(64, 1)]

@@ -1336,6 +1336,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     """
     M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
     QREL: gl.constexpr = DIAG & 128  # q_release_early (_plain_step, _overlap_step)
+    # bottom_tiles moves the causal tiles only (_tile_info_lpt): rows below 0 in causal launches
+    BOTTOM: gl.constexpr = (DIAG & 32768) * CAUSAL
     if TMA_STORE == 2:
         if NC != 3:  # [2, ...]: Q tile, then O's own tile (v6 o_buffer)
             o_buf = q_smem.index(1)
@@ -1371,7 +1373,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
 
     stamp_base = (b * heads + h) * seqlen_q + m_start  # diag_stamps
-    if DIAG & 32768:  # bottom_tiles: the stamps in the tile's last 32 rows (its first may be < 0)
+    if BOTTOM:  # bottom_tiles: the stamps in the tile's last 32 rows (its first may be < 0)
         stamp_base += BLOCK_M - 32
     if DIAG & 16:
         if WG == 0:
@@ -1392,7 +1394,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             # tiling: at seqlen 1024, 1152 rows for 1024) computes nothing; its blocks are
             # released unread below and its TMA store is clipped by the copy engine
             n_blocks = gl.where(m_start + WG * M_WG >= seqlen_q, 0, n_blocks)
-            if DIAG & 32768:  # bottom_tiles: and one whose rows all lie below 0
+            if BOTTOM:  # bottom_tiles: and one whose rows all lie below 0
                 n_blocks = gl.where(m_start + WG * M_WG + M_WG <= 0, 0, n_blocks)
             n_unmasked = gl.minimum(n_unmasked, n_blocks)
 
@@ -1628,7 +1630,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     lse = gl.where(l_i == 0.0, float("-inf"), (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln 2
 
     o_row = m_start + WG * M_WG  # the first row of this warpgroup's O box
-    if DIAG & 32768:
+    if BOTTOM:
         if TMA_STORE:
             # bottom_tiles: a TMA store whose box starts below row 0 is an illegal instruction
             # (run 114; loads there are zero-filled). Such a warpgroup's rows go out by pointer
@@ -1711,18 +1713,18 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         row_off = ((b.to(gl.int64) * seqlen_q + rows_o) * heads + h) * D_REAL
         o_ptrs = out_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(cols_o, 0)
         o_mask = gl.expand_dims(rows_o < seqlen_q, 1) & gl.expand_dims(cols_o < D_REAL, 0)
-        if DIAG & 32768:  # bottom_tiles: rows below 0
+        if BOTTOM:  # bottom_tiles: rows below 0
             o_mask = o_mask & gl.expand_dims(rows_o >= 0, 1)
         gl.store(o_ptrs, out.to(dtype), mask=o_mask)
     lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
     if DIAG & 16:  # the stamps own the tile's first 32 lse entries (bottom_tiles: its last 32)
-        if DIAG & 32768:
+        if BOTTOM:
             gl.store(lse_ptrs, lse, mask=(rows < m_start + BLOCK_M - 32) & (rows >= 0))
         else:
             gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 32))
         if WG == 0:
             _stamp(lse_ptr, stamp_base, 4, _CLOCK)
-    elif DIAG & 32768:
+    elif BOTTOM:
         gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= 0))
     else:
         gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
@@ -2070,8 +2072,8 @@ def _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_e
             r = gl.atomic_add(tile_counter, 1)
         if DIAG & 16:
             stamp_base = (b * heads + h) * seqlen_q + m_start
-            if DIAG & 32768:  # bottom_tiles: the tile's last 32 rows (its first may be < 0)
-                stamp_base += BLOCK_M - 32
+            if (DIAG & 32768) * CAUSAL:  # bottom_tiles: the tile's last 32 rows (the first
+                stamp_base += BLOCK_M - 32   # may start below 0)
             _stamp(lse_ptr, stamp_base, 13, _CLOCK)
         mbarrier.wait(q_empty, (i & 1) ^ 1)  # the consumers have read Q and the item of tile i-1
         if DIAG & 16:
