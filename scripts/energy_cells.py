@@ -9,7 +9,7 @@ the cycles per call (time x clock); then each implementation over the first (our
 the rounds.
 
     [EC_CELLS="d,causal,seqlen;..."] [EC_ROUNDS=3] python3 scripts/energy_cells.py OUT_DIR \\
-        [IMPL ...]   (default: fusedattn-hopper sdpa-cudnn fa3)
+        [IMPL ...]   (default: fusedattn-hopper sdpa-cudnn fa3; hopper:VARIANT a candidate)
 """
 import json
 import os
@@ -61,12 +61,30 @@ def measure(fn, args, pn, hdl):
     return (t1 - t0) / n, (e1 - e0) / n, statistics.median(clocks)
 
 
+def variant_impl(variant):
+    """fusedattn-hopper's Impl with the kernel called on hopper_fwd.variant_config(variant)."""
+    from dataclasses import replace
+
+    from fusedattn.bench.impls import discover as disc
+    from fusedattn.kernels import hopper_fwd
+    base = disc(["fusedattn-hopper"], "cuda")[0]["fusedattn-hopper"]
+    assert base.layout == "bshd"
+
+    def fn(q, k, v, causal, scale):
+        cfg = hopper_fwd.variant_config(variant, q.shape[-1], causal)
+        return hopper_fwd.forward(q, k, v, causal, scale, config=cfg)[0]
+    return replace(base, name=f"hopper:{variant}", fn=fn)
+
+
 def main(argv):
     out = argv[0]
     names = argv[1:] or ["fusedattn-hopper", "sdpa-cudnn", "fa3"]
     os.makedirs(out, exist_ok=True)
     pn, hdl = nvml()
-    impls, missing = discover(names, "cuda")
+    impls, missing = discover([n for n in names if not n.startswith("hopper:")], "cuda")
+    for n in names:  # hopper:VARIANT, a named candidate (hopper_fwd.VARIANTS) on the row's impl
+        if n.startswith("hopper:"):
+            impls[n] = variant_impl(n.split(":", 1)[1])
     for n, why in missing.items():
         print(f"{n}: unavailable ({why})")
     names = [n for n in names if n in impls]
