@@ -3,7 +3,8 @@
 # counts had the causal rows reading 1.3-1.6x the inputs' bytes from DRAM at 1k. For candidates
 # (hopper_fwd.VARIANTS, default "l2_16 l2_8"): their oracle checks and rotated rounds beside the
 # row, FA3 and cuDNN (scripts/hopper_tile_phases.py, no stamps), Nsight's byte counts at the 1k
-# cells, and energy per call (scripts/energy_cells.py); in that order of need, each step capped. FA3's wheel on PYTHONPATH first.
+# cells, and energy per call (scripts/energy_cells.py); in that order of need, each step capped.
+# FA3's wheel on PYTHONPATH first.
 #     bash scripts/device_l2_sections.sh OUT ["VARIANTS"] [DEADLINE_S (540)]
 set -u
 out=${1:?usage: device_l2_sections.sh OUT [VARIANTS] [DEADLINE_S]}
