@@ -158,3 +158,36 @@ def test_bottom_tiles_matches_the_oracle(shape, head_dim):
     bt = H.variant_config("bt", head_dim, True)
     assert bt.bottom_tiles and not row.bottom_tiles
     _check_close(row, bt, q, k, v)
+
+
+def _short_last_section(shape, head_dim):
+    """An l2_section_mb for which shape's (batch, head)s fall into several L2 sections of the
+    dynamic scheduler, the last one short (None if no size from 1 to 64 MB does)."""
+    b, sq, h, sk, hk = shape
+    for mb in range(1, 65):
+        sec = H.l2_section_heads(b * h, sk, head_dim, h // hk, 2, mb)
+        if sec < b * h and (b * h) % sec:
+            return mb
+    return None
+
+
+# more (batch, head)s than a section holds, with a short last section at every head dim
+SECTION_SHAPES = [(3, 1000, 4, 1500, 4), (5, 700, 4, 900, 2), (1, 4097, 6, 4097, 6)]
+
+
+@needs_sm90
+@pytest.mark.parametrize("shape", SECTION_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_l2_sections_bitwise_equal_to_one_section(shape, head_dim):
+    """The dynamic scheduler's L2 sections (l2_section_mb; 16 MB in the causal rows since session
+    29, run 122) only reorder the tiles: with sections small enough that these shapes take
+    several, the last one short, out and lse equal the same row's with one section
+    (l2_section_mb 0) bit for bit, three launches each; and within the grid's rule of the float64
+    oracle."""
+    row = H.get_config(head_dim, True)
+    assert row.scheduler == 1 and row.l2_section_mb == 16
+    mb = _short_last_section(shape, head_dim)
+    assert mb is not None
+    q, k, v = _inputs(shape, head_dim, 11 + shape[1] + shape[3] + head_dim)
+    _check_bitwise(H.get_config(head_dim, True, l2_section_mb=0),
+                   H.get_config(head_dim, True, l2_section_mb=mb), q, k, v, True)

@@ -652,6 +652,12 @@ def test_l2_section_heads():
     assert f(64, 8192, 128, 4, 2, 32) == 32       # GQA: 8 kv heads x 4 q heads each
     assert f(12, 2048, 128, 1, 2, 32) == 12       # capped at batch x heads
     assert f(256, 2048, 128, 1, 2, 0) == 256      # 0: one section
+    # the causal rows' 16 MB (session 29, runs 120-122) at the bench's 1k shapes: half FA3's
+    assert f(256, 1024, 128, 1, 2, 16) == 32 and f(256, 1024, 128, 1, 2, 32) == 64
+    assert f(128, 1024, 256, 1, 2, 16) == 16 and f(512, 1024, 64, 1, 2, 16) == 64
+    for d in H.NATIVE_HEAD_DIMS:
+        assert H.get_config(d, True).l2_section_mb == 16
+        assert H.variant_config("l2_32", d, True) == H.get_config(d, True, l2_section_mb=32)
 
 
 def test_scheduler_needs_persistent():

@@ -358,11 +358,19 @@ CONFIGS = {
     # causal 512 / 1k / 2k / 4k time +4.6 / +10.4 / -1.1 / -2.6%, each SM's busy cycles (mean
     # span) -5.0 / -8.2 / -0.2 / -0.8% (the 4k rounds at a 3.7% lower clock); 1k 0.96x cuDNN
     # against the row's 0.87x in that process. The previous row is variant no_bt.
+    # L2 sections of 16 MB of K and V instead of FA3's 32 (l2_section_mb, variant l2_16, session
+    # 29; the kernel is the same, only the tile order changes): at 32 MB each head's m-tiles were
+    # spread over a section of 64 heads (hdim 128 1k) and the causal rows read 1.3-1.6x the
+    # inputs' bytes from DRAM (run 120, Nsight). Device run 121 (H100; Nsight, rotated rounds, 5):
+    # DRAM read at causal 1k hdim 128 / 256 / 64 312 -> 208, 268 -> 205, 311 -> 204 MB; time
+    # +6.5 / +3.2 / +2.2% at 1k, energy per call -3.8 / -3.2 / -0.8%; run 122: 2k +5.0 / +4.0 /
+    # +0.5%, hdim 128 4k +0.3%. (l2_8: 201-202 MB, +5.6 / -0.6 / -1.8% at 1k.) The previous
+    # rows are variant l2_32.
     (64, True): _base(64, block_m=192, block_n=128, num_stages=2, num_consumers=3,
                       consumer_regs=160, maxnreg=128, softmax_fma=True, overlap=False,
                       persistent=True, scheduler=1, tma_store=True, wg_bounds=True,
                       split_loops=True, skip_empty_wg=True, o_buffer=True, mask_limit=True,
-                      q_release_early=True, bottom_tiles=True),
+                      q_release_early=True, bottom_tiles=True, l2_section_mb=16),
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
@@ -376,9 +384,10 @@ CONFIGS = {
     # mask_limit as in the (64, True) row (device run 58); the previous row is variant no_mlim.
     # Q released after each warpgroup's last QK^T (q_release_early, variant qrel), device run 79:
     # tile cycles -2.2 / -0.4 / 0% at 1k / 2k / 4k; 1k 1.02x cuDNN against the row's 0.99x in
-    # that process. The previous row is variant no_qrel.
+    # that process. The previous row is variant no_qrel. 16 MB L2 sections (l2_16) as in the
+    # (64, True) row's comment (runs 120-122).
     (128, True): _base(128, persistent=True, scheduler=1, tma_store=True, softmax_fma=True,
-                       o_buffer=True, mask_limit=True, q_release_early=True),
+                       o_buffer=True, mask_limit=True, q_release_early=True, l2_section_mb=16),
     # persistent + TMA store + FFMA: s=512 488 vs 398 (+23%), s=2048 645 vs 595 (+8.5%),
     # s=8192 704 vs 680 (+3.6%).
     # Split loops on top (variant split, v8), device run 13: s=2k/8k 678/712 vs 675/672
@@ -398,8 +407,9 @@ CONFIGS = {
     # loops + TMA store (variant split_tma; the 4 B spill removed by passing batch * heads as a
     # kernel argument) s=2k/4k 575/644 vs 524/611 (+9.9/+5.4%); split alone +1.9/+4.0%.
     # mask_limit as in the (64, True) row (device run 58); the previous row is variant no_mlim.
+    # 16 MB L2 sections (l2_16) as in the (64, True) row's comment (runs 120-122).
     (256, True): _base(256, persistent=True, scheduler=1, softmax_fma=True, split_loops=True,
-                       tma_store=True, mask_limit=True),
+                       tma_store=True, mask_limit=True, l2_section_mb=16),
 }
 
 
@@ -499,15 +509,17 @@ VARIANTS = {
     # (adopted for hdim 64 causal after device run 15; non-causal: flat there, not adopted)
     "skip_empty": ({"skip_empty_wg": True}, (64,)),
     # hdim 64 causal's row before run 15
-    "keep_empty": ({"bottom_tiles": False, "skip_empty_wg": False, "o_buffer": False,
-                    "mask_limit": False, "q_release_early": False}, (64,)),
+    "keep_empty": ({"bottom_tiles": False, "l2_section_mb": 32, "skip_empty_wg": False,
+                    "o_buffer": False, "mask_limit": False, "q_release_early": False}, (64,)),
     # the dynamic scheduler's L2 section (FA3's 32 MB) halved and doubled, on the causal rows
+    # (since run 122 the causal rows use 16 MB; the earlier rows' variants set 32)
     "l2_16": ({"l2_section_mb": 16}, None),
     "l2_64": ({"l2_section_mb": 64}, None),
     # session 29: run 120's Nsight counts found the causal rows reading 1.3-1.6x the inputs' bytes
     # from DRAM at 1k (hdim 128: 314 MB, FA3 226, cuDNN 201; non-causal 201), FA3's TMA loads
     # carrying an L2 cache hint and ours none: smaller sections keep each section's K / V in L2
     "l2_8": ({"l2_section_mb": 8}, None),
+    "l2_32": ({"l2_section_mb": 32}, None),   # the causal rows before run 122 (FA3's 32 MB)
     # v10 (hopper_log.md v10): hdim 128 causal: two Q buffers instead of O's own tile, the next
     # tile's Q loaded during this tile (run 12's profile: consumers wait at each tile's start)
     # (non-causal: on the dynamic scheduler, which q_prefetch needs). Device run 15: hdim 128
@@ -571,8 +583,8 @@ VARIANTS = {
     # the rows before session 11's adoptions (device run 48): hdim 256 non-causal without o_half,
     # hdim 64 causal without o_buffer
     "no_o_half": ({"o_half": False}, (256,)),
-    "no_o_buf3": ({"bottom_tiles": False, "o_buffer": False, "mask_limit": False,
-                   "q_release_early": False}, (64,)),
+    "no_o_buf3": ({"bottom_tiles": False, "l2_section_mb": 32, "o_buffer": False,
+                   "mask_limit": False, "q_release_early": False}, (64,)),
     # session 11: FA3's key-block order on the hdim 128 causal row (device run 51's stamps: the
     # causal loop costs 2788 cycles per block at 2k against the non-causal loop's 2441; FA3 leads
     # by 4-14% at 1k-4k). The diagonal block first, where block 0's softmax waits for its QK^T
@@ -599,7 +611,8 @@ VARIANTS = {
              (64, 128)),
     # hdim 64 causal's row before q_release_early was adopted (device run 66); hdim 128 causal's
     # (session 17, after device run 79)
-    "no_qrel": ({"q_release_early": False, "bottom_tiles": False}, (64, 128)),
+    "no_qrel": ({"q_release_early": False, "bottom_tiles": False, "l2_section_mb": 32},
+                (64, 128)),
     # session 13 candidates: per-warpgroup Q boxes and barriers on the hdim 64 rows
     # (non-causal: o_buf3's row), with 2 and 3 K / V stages (with 3 the next tile's first block
     # can load one block earlier). Device run 71 (tile cycles against the rows of then): causal
@@ -658,7 +671,8 @@ VARIANTS = {
     "joint_aw": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True, "asm_waits": True,
                   "q_release_early": False}, (128, 256)),
     "aw": ({"kv_release_nb": True, "asm_waits": True}, (128, 256)),
-    "no_mlim": ({"mask_limit": False, "q_release_early": False, "bottom_tiles": False},
+    "no_mlim": ({"mask_limit": False, "q_release_early": False, "bottom_tiles": False,
+                 "l2_section_mb": 32},
                 (64, 128, 256)),
     # session 25: one score in 4 / 8 takes its exp2 on the FMA pipe (exp_poly), on the shipped
     # rows. Run 101 (hdim 64): slower, not adopted
@@ -741,14 +755,15 @@ VARIANTS = {
     # (multiples of 192). At hdim 128 / 256 the bench's seqlens are multiples of 128: the same
     # tiles (a control for the switch's cost)
     "bt": ({"bottom_tiles": True}, (64, 128, 256)),
-    "no_bt": ({"bottom_tiles": False}, (64,)),   # the (64, True) row before run 116
+    "no_bt": ({"bottom_tiles": False, "l2_section_mb": 32}, (64,)),  # (64, True) before run 116
     # d64w2c with the next tile's fetch mid-tile and its Q prefetched into L2 (efq)
     "d64w2cq": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
                  "early_fetch": 2, "q_l2_prefetch": True}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
-ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "l2_8", "qpf",
+ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "l2_8", "l2_32",
+            "qpf",
             "no_qpf", "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
