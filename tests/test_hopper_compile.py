@@ -1218,3 +1218,23 @@ def test_bottom_tiles(reports):
                    (64, dict(persistent=False)), (128, dict(diag_half=True))):
         with pytest.raises(ValueError, match="bottom_tiles"):
             H._check_switch_support(H.get_config(d, True, bottom_tiles=True, **bad))
+
+
+def test_sass_loops_counts_the_row_per_key_block():
+    """scripts/sass_loops.py (session 29: instructions per key block beside FA3's) on the hdim 128
+    causal row: one hot loop of one key block per trip (16 wgmma: 8 for QK^T, 8 for P V) with
+    two paths, unmasked and masked, each with 64 exponentials plus the two rescale factors; the
+    masked path longer by its compares and selects."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import sass_loops as S
+    ins = S.parse(finspect.report(128, True)["_sass"])
+    loops = S.hot_loops(ins)
+    assert loops
+    for start, end in loops:
+        paths = S.paths(ins, start, end)
+        assert len(paths) == 2
+        counts = [sum(S.opcode(t).startswith("HGMMA") for _, t in p) for p in paths]
+        ex2 = [sum("MUFU.EX2" in t for _, t in p) for p in paths]
+        assert counts == [16, 16] and ex2 == [66, 66], (counts, ex2)
+        fsel = [sum(S.opcode(t).startswith("FSEL") for _, t in p) for p in paths]
+        assert fsel[0] == 0 < 64 <= fsel[1] and len(paths[0]) < len(paths[1])
