@@ -4,6 +4,7 @@ scripts/hopper_dev2.py.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -1027,7 +1028,8 @@ def test_inspect_names_the_other_switches():
     assert finspect._other_switches(asdict(H.get_config(256, False))) == \
         "softmax_fma, split_loops, o_half"
     nbr = finspect._other_switches(asdict(H.variant_config("nbr", 128, True)))
-    assert nbr == "softmax_fma, scheduler=1, o_buffer, mask_limit, kv_release_nb, q_release_early"
+    assert nbr == ("softmax_fma, scheduler=1, l2_section_mb=16, o_buffer, mask_limit, "
+                   "kv_release_nb, q_release_early")
     assert finspect._other_switches(asdict(H.base_config(128))) == ""
 
 
@@ -1206,10 +1208,14 @@ def test_bottom_tiles(reports):
         assert bt["sass_sha1"] != row["sass_sha1"]
     # a non-causal launch of the causal row's config: bottom_tiles moves causal tiles only, so
     # none of its code (the stamps' place, the lse mask, the O store below row 0) is there
-    import fusedattn.inspect as fi
-    sha = [fi.sass_digest(fi.sass_counts(H.compile_sm90(64, False, "bf16", H.get_config(
-        64, True, bottom_tiles=bt, diag_stamps=True)).asm["cubin"])["sass"]) for bt in (0, 1)]
-    assert sha[0] == sha[1]
+    sha = _in_subprocess(
+        "from fusedattn.kernels import hopper_fwd as H\n"
+        "import fusedattn.inspect as fi\n"
+        "for bt in (0, 1):\n"
+        "    k = H.compile_sm90(64, False, 'bf16', H.get_config(64, True, bottom_tiles=bt,\n"
+        "                                                      diag_stamps=True))\n"
+        "    print(fi.sass_digest(fi.sass_counts(k.asm['cubin'])['sass']))\n").split()
+    assert len(sha) == 2 and sha[0] == sha[1]
     # in the table: the hdim 64 causal row only (runs 115-116)
     assert [(d, c) for d in (64, 128, 256) for c in (0, 1)
             if H.get_config(d, c).bottom_tiles] == [(64, 1)]
@@ -1225,16 +1231,28 @@ def test_sass_loops_counts_the_row_per_key_block():
     causal row: one hot loop of one key block per trip (16 wgmma: 8 for QK^T, 8 for P V) with
     two paths, unmasked and masked, each with 64 exponentials plus the two rescale factors; the
     masked path longer by its compares and selects."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import sass_loops as S
-    ins = S.parse(finspect.report(128, True)["_sass"])
-    loops = S.hot_loops(ins)
-    assert loops
-    for start, end in loops:
-        paths = S.paths(ins, start, end)
-        assert len(paths) == 2
-        counts = [sum(S.opcode(t).startswith("HGMMA") for _, t in p) for p in paths]
-        ex2 = [sum("MUFU.EX2" in t for _, t in p) for p in paths]
-        assert counts == [16, 16] and ex2 == [66, 66], (counts, ex2)
-        fsel = [sum(S.opcode(t).startswith("FSEL") for _, t in p) for p in paths]
-        assert fsel[0] == 0 < 64 <= fsel[1] and len(paths[0]) < len(paths[1])
+    out = _in_subprocess(None, [os.path.join(ROOT, "scripts", "sass_loops.py"), "ours", "128", "1"])
+    paths = {}
+    for line in out.splitlines():
+        m = re.match(r"ours d128 c loop (\S+) path (\d): (\d+) inst; EX2 (\d+) HGMMA (\d+) "
+                     r"FFMA \d+ FMUL \d+ FADD \d+ FMNMX \d+ FSEL (\d+)", line)
+        if m:
+            paths.setdefault(m.group(1), []).append([int(x) for x in m.groups()[2:]])
+    assert paths, out
+    for loop in paths.values():
+        assert len(loop) == 2, paths
+        (n0, ex0, hg0, sel0), (n1, ex1, hg1, sel1) = loop
+        assert (hg0, hg1, ex0, ex1) == (16, 16, 66, 66), loop
+        assert sel0 == 0 < 64 <= sel1 and n0 < n1, loop
+
+
+def _in_subprocess(code, argv=None) -> str:
+    """stdout of `python -c code` (or of python argv) with the project on the path and without
+    TRITON_INTERPRET (which tests/conftest.py sets without a GPU, and under which an uncached
+    Gluon kernel does not compile in this process)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable] + (argv if argv else ["-c", code])
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
