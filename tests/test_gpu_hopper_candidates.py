@@ -148,10 +148,10 @@ BT_SHAPES = DH_SHAPES + [(2, 1090, 4, 1000, 2), (1, 193, 2, 193, 1)]
 def test_bottom_tiles_matches_the_oracle(shape, head_dim):
     """bottom_tiles (session 28, variant bt; in the hdim 64 causal row since run 116): the
     causal m-tiles counted from seqlen_q's end, so the first may start below row 0 (the copy
-    engine zero-fills those rows of Q; O's rows there are never stored, lse is masked). Within the grid's rule of the float64 oracle, lse's
-    infinities where the oracle's, nothing NaN (outputs poisoned), and within 1e-6 of the row
-    (each row sees the same key blocks in the same order; a block past a row's keys adds exact
-    zeros), three launches each."""
+    engine zero-fills those rows of Q; O's rows there are never stored, lse is masked). Within
+    the grid's rule of the float64 oracle, lse's infinities where the oracle's, nothing NaN
+    (outputs poisoned), and within 1e-6 of the row (each row sees the same key blocks in the
+    same order; a block past a row's keys adds exact zeros), three launches each."""
     q, k, v = _inputs(shape, head_dim, 7 + shape[1] + 5 * shape[3])
     # (the hdim 64 causal row has had it since run 116: against the row before, no_bt)
     row = H.variant_config("no_bt", 64, True) if head_dim == 64 else H.get_config(head_dim, True)

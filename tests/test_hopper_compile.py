@@ -293,8 +293,7 @@ print("REPORTS=" + json.dumps(out))
 def reports():
     # the cases in two halves, compiled by two processes at once (CI has two cores; one process
     # took ~14 minutes for all of them)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = _compile_env()
     half = (len(CASES) + 1) // 2
     procs = [subprocess.Popen([sys.executable, "-c", _SCRIPT, json.dumps(CASES[a:a + half]),
                                str(a)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -307,6 +306,21 @@ def reports():
         out += json.loads(line[len("REPORTS="):])
     assert [r["_case"] for r in out] == list(range(len(CASES)))
     return out
+
+
+def _by_case(reports):
+    """The reports by (head_dim, causal, the case's overrides as sorted JSON)."""
+    return {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
+            for r in reports}
+
+
+def _compile_env():
+    """The environment of a subprocess that compiles kernels: the project on the path and no
+    TRITON_INTERPRET (which tests/conftest.py sets without a GPU, and under which an uncached
+    Gluon kernel does not compile)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
 
 
 @pytest.fixture(params=range(len(CASES)), ids=[
@@ -396,8 +410,7 @@ def test_dynamic_scheduler_reaches_the_code(report):
 def test_wg_bounds_is_new_code(reports):
     """wg_bounds changes the causal kernel (it is not the v3 + FFMA row under another name) and
     keeps its GEMMs (the table's rows are pinned by their digests above)."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     wgb = by_case[(256, True, json.dumps({"variant": "wgb_fma"}))]
     base = by_case[(256, True, json.dumps({"variant": "fma"}))]  # v3 + softmax_fma, without it
     assert wgb["sass_sha1"] != base["sass_sha1"]
@@ -407,8 +420,7 @@ def test_wg_bounds_is_new_code(reports):
 def test_o_half_is_new_code(reports):
     """o_half (hdim 256): the row's GEMMs, one more half-tile of shared memory, O stored with
     TMA, and a different kernel from the row."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for causal in (False, True):
         oh = by_case[(256, causal, json.dumps({"variant": "o_half"}))]
         # the row without it (the non-causal row has it since session 11)
@@ -424,8 +436,7 @@ def test_o_half_is_new_code(reports):
 def test_kv_reverse_is_new_code(reports):
     """kv_reverse (session 11): the same GEMMs and shared memory as the rows it modifies, a
     different kernel, no spills; refused where the kernel does not implement it."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for d in (128, 256):
         rev = by_case[(d, True, json.dumps({"variant": "rev"}))]
         assert rev["config"]["kv_reverse"] and rev["spill_stores"] == 0
@@ -457,8 +468,7 @@ def test_kv_release_through_named_barriers(reports):
     barriers of 288 threads (two consumer warpgroups + the producer warp), the producer's waits
     bar.sync, and the warpgroup bar.sync that Gluon puts before each mbarrier.arrive go away;
     the rows have none of it. Refused where it does not apply."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for d, causal in ((128, True), (256, True), (128, False), (256, False)):
         nbr = by_case[(d, causal, json.dumps({"variant": "nbr"}))]
         row = by_case[(d, causal, json.dumps({}))]
@@ -480,8 +490,7 @@ def test_mask_limit_in_the_causal_rows(reports):
     compare against a per-row limit; fewer instructions than the rows before it (variant
     no_mlim), the same GEMMs, no spills; not in the non-causal rows; refused without
     softmax_fma."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for d in (64, 128, 256):
         # (hdim 64: the row before bottom_tiles, as no_mlim is)
         row = by_case[(d, True, json.dumps({"variant": "no_bt"} if d == 64 else {}))]
@@ -500,8 +509,7 @@ def test_one_consumer_partition(reports):
     both consumer warpgroups in one 8-warp partition run one copy of the consumer code (half
     the GEMM instructions of the row, which has one copy per warpgroup), held together by
     256-thread barriers; 384 threads as the row. Refused where it does not apply."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for causal, name in ((True, "joint"), (False, "joint_nbr")):
         j = by_case[(128, causal, json.dumps({"variant": name}))]
         row = by_case[(128, causal, json.dumps({}))]
@@ -524,8 +532,7 @@ def test_asm_waits(reports):
     and the partition-wide barrier that Triton's membar pass puts before each wait goes: one
     fewer in the one-partition kernel (the one in its key-block loop), two fewer 128-thread ones
     in the two-partition kernel (one per loop copy). Refused where it does not apply."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     jaw = by_case[(128, True, json.dumps({"variant": "joint_aw"}))]
     jnb = by_case[(128, True, json.dumps({"variant": "joint_nbr"}))]
     aw = by_case[(128, True, json.dumps({"variant": "aw"}))]
@@ -614,8 +621,7 @@ def test_o_buffer_with_three_consumers(reports):
     """o_buffer on the hdim 64 rows (three consumer warpgroups, session 11): O's three boxes of
     64 rows in the second half of an 8-box buffer (64 KB of Q + O instead of 32 KB of Q), one
     TMA store per warpgroup, the same GEMMs as without it."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     row = by_case[(64, True, json.dumps({}))]
     old = by_case[(64, True, json.dumps({"variant": "no_o_buf3"}))]
     assert H.get_config(64, True).o_buffer and H.get_config(64, True).num_consumers == 3
@@ -676,8 +682,7 @@ def test_exp_poly_moves_one_score_in_8_off_mufu(reports):
     """exp_poly 8 (variant ep8, session 25) on hdim 64's rows: per softmax site 64 / 8 of the
     64 exp2 per thread leave ex2 / MUFU.EX2 for the polynomial (FFMA up), the same GEMMs, no
     spills (the generic tests), a new kernel; refused without softmax_fma or with a bad k."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for causal in (False, True):
         ep, row = by_case[(64, causal, json.dumps({"variant": "ep8"}))], by_case[(64, causal, "{}")]
         assert ep["config"]["exp_poly"] == 8 and row["config"]["exp_poly"] == 0
@@ -698,8 +703,7 @@ def test_row_tree_folds_the_rows_in_trees(reports):
     few deep where the row folds chains of ~32 dependent FMNMX / FADD; 1 (rtm, hdim 64 causal)
     the max alone. The same GEMMs, a new kernel, no spills (the generic tests); refused without
     softmax_fma or with another value."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     rt, row = by_case[(64, False, json.dumps({"variant": "rt"}))], by_case[(64, False, "{}")]
     assert row["fmnmx_chain"] >= 30 and row["fadd_chain"] >= 30
     assert rt["fmnmx_chain"] <= 10 and rt["fadd_chain"] <= 10
@@ -717,8 +721,7 @@ def test_row_tree_folds_the_rows_in_trees(reports):
 def test_softmax_fma_uses_ffma(reports):
     """softmax_fma: the exponent's scale-and-subtract is one FFMA (SASS), fewer FADDs than the
     table's kernel of the same head dim."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     fma = by_case[(128, False, json.dumps({"variant": "fma"}))]
     base = by_case[(128, False, json.dumps({"variant": "v3"}))]
     assert fma["sass_ffma"] > base["sass_ffma"] + 256, (fma["sass_ffma"], base["sass_ffma"])
@@ -738,8 +741,7 @@ def test_dev2_precompile_path_on_cpu(tmp_path):
     """scripts/hopper_dev2.py compiles its kernels first through forward(_warmup=True); here with
     a stand-in sm_90a driver (hopper_dev2.install_mock_sm90_driver) on CPU tensors: the launch path's
     specialisation and descriptors, with nothing launched."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = _compile_env()
     env["HOPPER_DEV2_MOCK_DRIVER"] = "1"
     specs = [["d64_3wg", 64, True, 2, 1000, 4, 2], ["persistent_tma_fma", 128, False, 2, 8192, 16, 16],
              # v5 spec format: + seqlen_k, l2_section_mb (the dynamic scheduler's smoke case)
@@ -790,8 +792,7 @@ def test_dev2_worker_dry_run_on_cpu(tmp_path):
     """The device script's worker on CPU with a fake kernel (float64 reference; the
     never-run "pdyn_tma_fma" variant made wrong on purpose) and fake timers: the wrong variant is caught and not timed, the
     diagnostics and the summary run."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = _compile_env()
     res = subprocess.run([sys.executable, "-c", _DRY_RUN, str(tmp_path), ROOT], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
@@ -869,8 +870,7 @@ def test_dev2_smoke_stage_and_pad_on_cpu(tmp_path):
     kernel): a variant that hangs is killed by the smoke watchdog and recorded as hung, the
     remaining variants still run; a wrong variant fails its smoke case; the jobs time only the
     variants that passed; the padded head dims are checked; the summary names both."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = _compile_env()
     env["HOPPER_DEV2_FAKE"] = "hang:d64_3wg_n128_pdyn_wgb,fail:pdyn_fma"
     res = subprocess.run([sys.executable, "-c", _SMOKE_DRY_RUN, str(tmp_path), ROOT], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=600)
@@ -1040,8 +1040,7 @@ def test_q_release_early(reports):
     than the row before it (variant no_qrel), the same GEMMs, no spills; the candidate on the
     overlapped loop (hdim 128) likewise; refused where Q is still read after the last QK^T (O
     through Q's buffer), with the Q prefetch and with pingpong."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     row = by_case[(64, True, json.dumps({}))]
     old = by_case[(64, True, json.dumps({"variant": "no_qrel"}))]
     assert row["config"]["q_release_early"] and not old["config"]["q_release_early"]
@@ -1069,8 +1068,7 @@ def test_q_per_warpgroup(reports):
     (two more mbarriers of each kind than one Q tile), the producer loads each box when its
     warpgroup released it; the same GEMMs, the same three Q boxes loaded per tile, no spills;
     refused outside the three-consumer dynamic rows with O's own boxes."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for causal, name, base in ((True, "qw", {}), (True, "qw3", {}), (True, "qw4", {}),
                                (False, "qw", {"variant": "o_buf3"}),
                                (False, None, {"variant": "o_buf3"})):
@@ -1104,8 +1102,7 @@ def test_cross_tile(reports):
     them serialised by ptxas (the same GMMAs followed by a wait as the row: an in-flight product
     across a branch merge or the loop's back edge made ptxas serialise all 80), the O store at
     two sites, no spills; refused outside the dynamic two-consumer rows it was built for."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for causal, row_case in ((True, {}), (False, {"variant": "xt_dyn"})):
         row = by_case[(128, causal, json.dumps(row_case))]
         assert not row["config"]["cross_tile"]
@@ -1139,8 +1136,7 @@ def test_early_fetch(reports):
     where the producer's atomic sits (one per tile either way), so the same products, barriers
     and TMA counts, no spills, the same shared memory; refused where the producer is not
     _producer_dynamic."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for d, name in ((64, "ef"), (128, "ef"), (256, "ef"), (64, "efa"), (128, "efa"),
                     (256, "efa")):
         row = by_case[(d, True, json.dumps({}))]
@@ -1171,8 +1167,7 @@ def test_diag_half(reports):
     products than the row (the half block's, and the full last P V kept for the tiles where the
     half does not apply); no spills, the row's shared memory; refused outside the rows it was
     built for. The shipped rows do not have it."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for d, name, row_case in ((128, "dh", {}), (64, "d64w2cdh", {"variant": "d64w2c"})):
         row = by_case[(d, True, json.dumps(row_case))]
         dh = by_case[(d, True, json.dumps({"variant": name}))]
@@ -1196,8 +1191,7 @@ def test_bottom_tiles(reports):
     end. Only the tile decode, the row bounds and the O store of rows below 0 change: the same
     products, no spills, the rows' shared memory (within 64 B); refused outside the dynamic
     scheduler's one-Q-buffer producer. In the table: the hdim 64 causal row only."""
-    by_case = {(r["head_dim"], r["causal"], json.dumps(CASES[r["_case"]][2], sort_keys=True)): r
-               for r in reports}
+    by_case = _by_case(reports)
     for d in (64, 128, 256):
         row = by_case[(d, True, json.dumps({"variant": "no_bt"} if d == 64 else {}))]
         bt = by_case[(d, True, json.dumps({"variant": "bt"}))]
@@ -1247,12 +1241,9 @@ def test_sass_loops_counts_the_row_per_key_block():
 
 
 def _in_subprocess(code, argv=None) -> str:
-    """stdout of `python -c code` (or of python argv) with the project on the path and without
-    TRITON_INTERPRET (which tests/conftest.py sets without a GPU, and under which an uncached
-    Gluon kernel does not compile in this process)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    """stdout of `python -c code` (or of python argv) in _compile_env()."""
     cmd = [sys.executable] + (argv if argv else ["-c", code])
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    res = subprocess.run(cmd, cwd=ROOT, env=_compile_env(), capture_output=True, text=True,
+                         timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
