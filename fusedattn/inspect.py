@@ -115,6 +115,14 @@ def _loops(ins) -> list:
     return loops
 
 
+def inner_loops(ins) -> list:
+    """The innermost of _loops' ranges (those that hold no other loop): in a persistent kernel
+    the key-block loops and the producer's ring loop, not the tile loop around them."""
+    loops = _loops(ins)
+    return [(lo, hi) for lo, hi in loops
+            if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)]
+
+
 def _local_in(ins, ranges) -> int:
     return sum(1 for a, t in ins if re.search(r"\b(?:LDL|STL)\b", t)
                and any(lo <= a <= hi for lo, hi in ranges))
@@ -132,10 +140,7 @@ def local_memory_in_inner_loops(sass: str) -> int:
     persistent kernel the key-block loops and the producer's ring loop, not the tile loop around
     them. 0 means no spill is paid per key block, though some may be paid per tile."""
     ins = sass_instructions(sass)
-    loops = _loops(ins)
-    inner = [(lo, hi) for lo, hi in loops
-             if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)]
-    return _local_in(ins, inner)
+    return _local_in(ins, inner_loops(ins))
 
 
 def dependent_chain(sass: str, opcode: str = "FMNMX") -> int:
@@ -143,9 +148,7 @@ def dependent_chain(sass: str, opcode: str = "FMNMX") -> int:
     previous one's result (a register written by the same opcode in that loop): the depth of a
     reduction as ptxas scheduled it (a row max folded in one chain: ~31; as a tree: ~5)."""
     ins = sass_instructions(sass)
-    loops = _loops(ins)
-    inner = [(lo, hi) for lo, hi in loops
-             if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)]
+    inner = inner_loops(ins)
     best = 0
     for lo, hi in inner:
         depth = {}

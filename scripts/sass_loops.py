@@ -21,13 +21,11 @@ import sys
 import tempfile
 import zipfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import fusedattn.inspect as fi  # noqa: E402
+
 CLASSES = ["HGMMA", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "FSEL", "F2FP", "ISETP", "SHFL",
            "SYNCS", "BAR"]
-
-
-def parse(sass: str) -> list:
-    return [(int(m.group(1), 16), m.group(2).strip())
-            for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
 
 
 def opcode(text: str) -> str:
@@ -43,15 +41,9 @@ def branch_target(text: str):
 
 
 def hot_loops(ins: list) -> list:
-    """(start, end) address pairs of the innermost back-edge loops that contain HGMMA."""
-    loops = []
-    for a, t in ins:
-        tgt = branch_target(t)
-        if tgt is not None and tgt < a:
-            loops.append((tgt, a))
-    inner = [(s, e) for s, e in loops
-             if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in loops)]
-    return [(s, e) for s, e in sorted(set(inner))
+    """(start, end) address pairs of the innermost loops (fusedattn.inspect.inner_loops) that
+    contain HGMMA."""
+    return [(s, e) for s, e in sorted(set(fi.inner_loops(ins)))
             if any(s <= a <= e and opcode(t).startswith("HGMMA") for a, t in ins)]
 
 
@@ -76,7 +68,7 @@ def paths(ins: list, start: int, end: int) -> list:
 
 
 def describe(label: str, sass: str) -> None:
-    ins = parse(sass)
+    ins = fi.sass_instructions(sass)
     for s, e in hot_loops(ins):
         for i, p in enumerate(paths(ins, s, e)):
             c = collections.Counter(opcode(t).split(".")[0] for _, t in p)
@@ -88,29 +80,25 @@ def describe(label: str, sass: str) -> None:
 
 
 def ours(d: int, causal: bool, variant: str | None) -> str:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    import fusedattn.inspect as fi
     return fi.report(d, causal, variant=variant)["_sass"]
 
 
 def fa3(path: str, name: str, index: int) -> str:
-    import triton
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    tool = fi._tool("cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         if path.endswith(".whl"):
             zipfile.ZipFile(path).extractall(tmp)
             path = glob.glob(os.path.join(tmp, "**", "*.so"), recursive=True)[0]
         subprocess.run([tool, "-xelf", "all", os.path.abspath(path)], cwd=tmp, check=True,
                        capture_output=True)
-        found = []
+        parts = []
         for cub in sorted(glob.glob(os.path.join(tmp, "*sm_90*.cubin"))):
             sass = subprocess.run([tool, "-sass", cub], capture_output=True, text=True).stdout
-            for part in re.split(r"\n\s*Function : ", sass)[1:]:
-                mangled = part.split("\n", 1)[0].strip()
-                dm = subprocess.run(["c++filt"], input=mangled, capture_output=True,
-                                    text=True).stdout
-                if name in dm:
-                    found.append(part)
+            parts += re.split(r"\n\s*Function : ", sass)[1:]
+    mangled = "\n".join(p.split("\n", 1)[0].strip() for p in parts)
+    names = subprocess.run(["c++filt"], input=mangled, capture_output=True,
+                           text=True).stdout.splitlines()   # one call, a name per line
+    found = [p for p, n in zip(parts, names) if name in n]
     if len(found) <= index:
         raise SystemExit(f"{len(found)} kernels match {name!r}")
     return found[index]
