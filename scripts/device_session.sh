@@ -5,7 +5,7 @@
 # does as much of both as fits in its deadline:
 #   1. the candidates' GPU tests that the new rows touch (tests/test_gpu_hopper_candidates.py:
 #      the L2 sections against one section bit for bit, new; early_fetch and bottom_tiles
-#      against the rows);
+#      against the rows; SESSION_K=l2_sections for the first alone);
 #   2. scripts/device_adopt.sh without racecheck rows: the hopper GPU grid and the API tests,
 #      memcheck on every hopper sanitizer case (the kernel code is unchanged: the pinned digests
 #      hold, so run 116's racecheck and synccheck stand);
@@ -24,7 +24,7 @@ source scripts/device_steps.sh
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.limit --format=csv > "$out/smi.txt" 2>&1
 git log -1 --format='%H %cd' > "$out/commit.txt" 2>/dev/null
 step candidates 150 python3 -m pytest -q -n 8 -p no:cacheprovider \
-  tests/test_gpu_hopper_candidates.py -k "l2_sections or early_fetch or bottom_tiles"
+  tests/test_gpu_hopper_candidates.py -k "${SESSION_K:-l2_sections or early_fetch or bottom_tiles}"
 left_s=$(left)
 if [ "$left_s" -gt 200 ]; then
   GRID_CAP=${GRID_CAP:-220} bash scripts/device_adopt.sh "$out/adopt" "" "$left_s" > "$out/adopt.log" 2>&1
