@@ -4,9 +4,10 @@ Under the 700 W limit a kernel's clock settles where its power meets the limit, 
 time per call = energy per call / 700 W, whatever the cycles. For each cell and implementation,
 in rounds with the order rotated: OWN_WARM_S of its own load, then calls for MEASURE_S; NVML's
 energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ) and the wall clock around them, the SM
-clock sampled between calls. Reports per call: time, energy, mean power, median SM clock, and
-the cycles per call (time x clock); then each implementation over the first (ours). Medians over
-the rounds.
+clock sampled between calls, and with it NVML's clock event reasons (why the clock is below its
+maximum: the power cap, a hardware slowdown, thermal limits). Reports per call: time, energy, mean
+power, median SM clock, and the cycles per call (time x clock); then each implementation over the
+first (ours); and the share of samples in which each reason was set. Medians over the rounds.
 
     [EC_CELLS="d,causal,seqlen;..."] [EC_ROUNDS=3] python3 scripts/energy_cells.py OUT_DIR \\
         [IMPL ...]   (default: fusedattn-hopper sdpa-cudnn fa3; hopper:VARIANT a candidate)
@@ -39,14 +40,26 @@ def nvml():
     return pynvml, pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
 
 
+# NVML's clock event (throttle) reasons: bit -> name
+REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+           0x80: "hw_power_brake", 0x100: "display_clocks", 0x1: "idle"}
+
+
+def reasons_fn(pn):
+    return getattr(pn, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pn.nvmlDeviceGetCurrentClocksThrottleReasons
+
+
 def measure(fn, args, pn, hdl):
-    """Calls of fn for about MEASURE_S after OWN_WARM_S of them: (s/call, mJ/call, MHz median)."""
+    """Calls of fn for about MEASURE_S after OWN_WARM_S of them: (s/call, mJ/call, MHz median,
+    {reason: share of the samples in which NVML reported it})."""
     t_end = time.perf_counter() + OWN_WARM_S
     while time.perf_counter() < t_end:
         for _ in range(20):
             fn(*args)
         torch.cuda.synchronize()
-    clocks = []
+    clocks, reasons = [], []
+    why = reasons_fn(pn)
     n = 0
     e0 = pn.nvmlDeviceGetTotalEnergyConsumption(hdl)
     t0 = time.perf_counter()
@@ -55,10 +68,13 @@ def measure(fn, args, pn, hdl):
             fn(*args)
         n += 20
         clocks.append(pn.nvmlDeviceGetClockInfo(hdl, pn.NVML_CLOCK_SM))
+        reasons.append(why(hdl))
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     e1 = pn.nvmlDeviceGetTotalEnergyConsumption(hdl)
-    return (t1 - t0) / n, (e1 - e0) / n, statistics.median(clocks)
+    shares = {name: sum(bool(r & bit) for r in reasons) / len(reasons)
+              for bit, name in REASONS.items()}
+    return (t1 - t0) / n, (e1 - e0) / n, statistics.median(clocks), shares
 
 
 def variant_impl(variant):
@@ -113,6 +129,8 @@ def main(argv):
             rec = {"hdim": d, "causal": causal, "seqlen": s, "impl": n, "s_per_call": t,
                    "mj_per_call": e, "watts": e / 1e3 / t, "sm_mhz": mhz,
                    "mcycles_per_call": t * mhz, "tflops": flops / t / 1e12,
+                   "clock_reasons": {k: statistics.mean(x[3][k] for x in res[n])
+                                     for k in REASONS.values()},
                    "rounds": res[n]}
             rows.append(rec)
             base = base or rec
@@ -120,6 +138,10 @@ def main(argv):
                         f" {rec['watts']:.0f} W {mhz:.0f} MHz {t * mhz * 1e3:.0f} kcyc"
                         f" ({t * mhz / base['mcycles_per_call']:.3f}x)")
         print(" | ".join(line), flush=True)
+        for rec in rows[-len(names):]:
+            set_ = {k: v for k, v in rec["clock_reasons"].items() if v}
+            print(f"    {rec['impl']}: clock reasons (share of samples) "
+                  + (" ".join(f"{k} {v:.2f}" for k, v in set_.items()) or "none"), flush=True)
     with open(os.path.join(out, "energy.json"), "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
 
