@@ -7,7 +7,11 @@
 #   2. energy per call at the six 1k cells (scripts/energy_cells.py), now with NVML's clock event
 #      reasons: why hdim 64 non-causal 1k runs at a lower clock than cuDNN (run 118: 1500
 #      against 1665 MHz at 669 W against 712) while needing fewer cycles per call;
-#   3. the bench at 1k and 2k again in the time left.
+#   3. hdim 64 non-causal's stamps and rotated rounds beside FA3 and cuDNN at 1024 (the
+#      192-row tiling's last m-tile holds 64 rows: one busy warpgroup of three for all the key
+#      blocks), 1152 and 1536 (multiples of 192: no ragged tile) (scripts/hopper_tile_phases.py,
+#      with the tile time by m-tile);
+#   4. the bench at 1k and 2k again in the time left.
 # Each step is capped under one deadline; what did not fit is listed as skipped. With
 # SESSION_ADOPT=1 the hopper GPU grid and memcheck (scripts/device_adopt.sh) run first.
 #     [SESSION_ADOPT=1] bash scripts/device_session.sh OUT [DEADLINE_S (560)]
@@ -34,11 +38,14 @@ bench() {  # bench NAME SEQLENS [CAP_S]: the 16-bit forward bench in the time le
     > "$out/bars-$1.md" 2>&1
 }
 bench b8k-16k 8192,16384 200
+step phases64 150 env HP_CELLS="64,0,1024;64,0,1152;64,0,1536" HP_ROUNDS=5 \
+  python3 scripts/hopper_tile_phases.py "$out/phases64"
 step energy 150 env EC_ROUNDS=3 python3 scripts/energy_cells.py "$out/energy"
 bench b1k-2k 1024,2048
 echo "== summary =="
 printf '%s\n' "${summary[@]}"
 sed -n '/== summary ==/,$p' "$out/adopt.log" 2>/dev/null
+grep -v "^\[" "$out/phases64.log" 2>/dev/null | tail -20
 grep -v "^\[" "$out/energy.log" 2>/dev/null | tail -30
 cat "$out"/bars-*.md 2>/dev/null
 tar -C "$(dirname "$out")" -czf "$out.tgz" "$(basename "$out")"

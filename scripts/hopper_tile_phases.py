@@ -173,6 +173,10 @@ def phases(cfg, q, k, v, causal, d):
     fixed = [(r[4] - r[0] - n * rec["loop_per_block"]) / rec["loop_per_block"]
              for r, n in zip(st, nblk)]
     rec["fixed_in_blocks"] = med(fixed) + rec["gap"] / rec["loop_per_block"]
+    # warpgroup 0's tile time (entry to epilogue) by m-tile: a ragged m-tile (1024 rows on hdim
+    # 64's 192-row tiles: the last 64 rows, one busy warpgroup of three) shows as its own median
+    rec["tile_by_m"] = [med([st[i][4] - st[i][0] for i in range(m, len(st), n_m)])
+                        for m in range(n_m)]
     # the last warpgroup's Q release: how long before warpgroup 0's epilogue was issued, and how
     # long until warpgroup 0 of the SM's next tile saw its Q (stamp 1, after its epilogue and
     # the wait for q_bar): an upper bound of the producer's publish and the Q load, equal to it
@@ -351,6 +355,8 @@ def main():
                       + (f" | Q released {p['q_release_to_end']:.0f} before the epilogue, "
                          f"next Q seen {p['q_release_to_next_q']:.0f} after the release"
                          if p["q_release_to_end"] is not None else ""), flush=True)
+                print(f"d{d} c{int(causal)} s{s} {n} tile by m-tile: "
+                      + " / ".join(f"{t:.0f}" for t in p["tile_by_m"]), flush=True)
                 if p.get("producer"):
                     pp = p["producer"]
                     fr = pp["free_after_release"]
