@@ -30,6 +30,12 @@ fusedattn result failed its check or raised an error. See benchmarks/README.md f
 """
 
 
+def _l2_bytes():
+    """The current GPU's L2 size in bytes, as the driver reports it (None where torch does not)."""
+    return getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size",
+                   None)
+
+
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
     if text is None:
         return None
@@ -347,7 +353,8 @@ def _gpu_main(args, cfg, selection, mem_seqlens, device) -> int:
     out_dir = Path(args.out) if args.out else C.default_out_dir(env)
     results = {
         "schema": C.SCHEMA, "env": env, "method": (report.method_record(args.warmup, args.rep, rounds=args.rounds,
-                                                          round_warmup_ms=args.round_warmup) if on_cuda else
+                                                          round_warmup_ms=args.round_warmup,
+                                                          l2_bytes=_l2_bytes()) if on_cuda else
                    report.method_record(0, 0, "host clock, median of 3 runs (not a GPU run)",
                                         rounds=args.rounds, round_warmup_ms=args.round_warmup)),
         "config": {"argv": sys.argv[1:], "passes": cfg.passes, "hdims": cfg.hdims, "seqlens": cfg.seqlens,

@@ -13,8 +13,9 @@ DASH = "-"
 
 
 def method_record(warmup_ms, rep_ms, timer_name="triton.testing.do_bench", rounds: int = 1,
-                  round_warmup_ms: float = 0.0) -> dict:
+                  round_warmup_ms: float = 0.0, l2_bytes: int | None = None) -> dict:
     per_round = rep_ms / max(1, rounds)
+    l2 = f" ({l2_bytes / 2**20:g} MB on this GPU)" if l2_bytes else ""
     return {
         "timer": (f"{timer_name}(warmup={warmup_ms} ms, rep={per_round:g} ms), CUDA events around "
                   "each run"),
@@ -32,7 +33,7 @@ def method_record(warmup_ms, rep_ms, timer_name="triton.testing.do_bench", round
                   + f"{rounds} round(s), each timing every implementation once, the order rotated "
                   "by one per round"),
         "l2": ("do_bench zeroes a 256 MB buffer before every timed run, outside the timed region: the "
-               "L2 cache (60 MB on an H200) is flushed, so inputs are not rotated"),
+               f"L2 cache{l2} is flushed, so inputs are not rotated"),
         "inputs": ("fresh random normal bf16 (never zeros), drawn once per shape and shared by all "
                    "implementations, each given a copy in its own layout (fusedattn, FA3: "
                    "(batch, seqlen, heads, head_dim); SDPA, FlexAttention: (batch, heads, seqlen, "
