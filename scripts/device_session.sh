@@ -4,13 +4,13 @@
 # rows through their bitwise test, the hopper GPU grid and memcheck, and benched 1k-4k; this call:
 #   1. the 16-bit forward bench at 8k and 16k (hdim 64 / 128 / 256 beside FA3 and SDPA-cuDNN),
 #      the cells not yet benched with the new sections, and its bars;
-#   2. energy per call at the six 1k cells (scripts/energy_cells.py), now with NVML's clock event
-#      reasons: why hdim 64 non-causal 1k runs at a lower clock than cuDNN (run 118: 1500
-#      against 1665 MHz at 669 W against 712) while needing fewer cycles per call;
-#   3. hdim 64 non-causal's stamps and rotated rounds beside FA3 and cuDNN at 1024 (the
+#   2. hdim 64 non-causal's stamps and rotated rounds beside FA3 and cuDNN at 1024 (the
 #      192-row tiling's last m-tile holds 64 rows: one busy warpgroup of three for all the key
 #      blocks), 1152 and 1536 (multiples of 192: no ragged tile) (scripts/hopper_tile_phases.py,
 #      with the tile time by m-tile);
+#   3. energy per call at the six 1k cells (scripts/energy_cells.py), now with NVML's clock event
+#      reasons: why hdim 64 non-causal 1k runs at a lower clock than cuDNN (run 118: 1500
+#      against 1665 MHz at 669 W against 712) while needing fewer cycles per call;
 #   4. the bench at 1k and 2k again in the time left.
 # Each step is capped under one deadline; what did not fit is listed as skipped. With
 # SESSION_ADOPT=1 the hopper GPU grid and memcheck (scripts/device_adopt.sh) run first.
