@@ -54,16 +54,16 @@ def _check_bitwise(row, cand, q, k, v, causal):
     assert torch.equal(torch.isinf(lse), torch.isinf(rl))
 
 
-def _check_close(row, cand, q, k, v):
-    """cand (causal) within the grid's rule of the float64 oracle, lse's infinities where the
+def _check_close(row, cand, q, k, v, causal=True):
+    """cand (causal unless told) within the grid's rule of the float64 oracle, lse's infinities where the
     oracle's, nothing NaN (outputs poisoned), lse within 1e-6 of row's and out within one bf16
     rounding (relative norm 2**-8), three launches."""
     d = q.shape[-1]
-    ref_out, ref_lse = _run(row, q, k, v, True)
-    ro, rl = attention_oracle(q, k, v, True, d ** -0.5)
-    plain, _ = plain_pytorch_attention(q, k, v, True, d ** -0.5)
+    ref_out, ref_lse = _run(row, q, k, v, causal)
+    ro, rl = attention_oracle(q, k, v, causal, d ** -0.5)
+    plain, _ = plain_pytorch_attention(q, k, v, causal, d ** -0.5)
     for _ in range(3):
-        out, lse = _run(cand, q, k, v, True)
+        out, lse = _run(cand, q, k, v, causal)
         assert not torch.isnan(out).any() and not torch.isnan(lse).any()
         check_grid_rule("out", out, plain, ro, q.dtype)
         assert torch.equal(torch.isinf(lse), torch.isinf(rl))
@@ -191,3 +191,28 @@ def test_l2_sections_bitwise_equal_to_one_section(shape, head_dim):
     q, k, v = _inputs(shape, head_dim, 11 + shape[1] + shape[3] + head_dim)
     _check_bitwise(H.get_config(head_dim, True, l2_section_mb=0),
                    H.get_config(head_dim, True, l2_section_mb=mb), q, k, v, True)
+
+
+# ragged_split: seqlen_q % 192 in 1..64 leaves a last m-tile of warpgroup 0's rows only (1024,
+# 1000, 60, 1); 700 and 4097 leave two busy warpgroups (the row's path); seqlen_k of one or two
+# key blocks leaves warpgroups 2 or 1 and 2 without blocks of the ragged tile (their partials
+# m = -inf, l = 0); 8 x 32 heads of 1024: ~2 ragged tiles per program, so the hand-over's phase
+# turns over
+RS_SHAPES = SHAPES + [(2, 1024, 4, 1024, 4), (1, 1000, 2, 1100, 1), (2, 60, 2, 200, 1),
+                      (2, 1024, 2, 100, 2), (2, 1024, 2, 200, 1), (2, 1024, 2, 1, 2),
+                      (8, 1024, 32, 512, 8)]
+
+
+@needs_sm90
+@pytest.mark.parametrize("shape", RS_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_ragged_split_matches_the_oracle(shape):
+    """ragged_split (session 31 candidate on the hdim 64 non-causal row): a last m-tile whose
+    rows all belong to consumer warpgroup 0 is computed by the three warpgroups, the key blocks
+    split between them and their running max, sum and O merged. Within the grid's rule of the
+    float64 oracle, lse's infinities where the oracle's, nothing NaN (outputs poisoned), and
+    within 1e-6 (lse) and one bf16 rounding (out) of the row, three launches each."""
+    q, k, v = _inputs(shape, 64, 13 + shape[1] + 7 * shape[3])
+    row = H.get_config(64, False)
+    rs = H.variant_config("rs", 64, False)
+    assert rs.ragged_split and not row.ragged_split and rs.q_per_warpgroup
+    _check_close(row, rs, q, k, v, causal=False)

@@ -169,6 +169,10 @@ CASES = [
     (128, True, {"variant": "bt"}),
     (256, True, {"variant": "bt"}),
     (64, True, {"variant": "bt", "diag_stamps": True}),
+    # session 31 candidate: hdim 64 non-causal's ragged m-tile split over the three warpgroups
+    # by key block and merged (ragged_split), and with the stamps
+    (64, False, {"variant": "rs"}),
+    (64, False, {"variant": "rs", "diag_stamps": True}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on

@@ -259,6 +259,15 @@ class FwdConfig:
                                     # warpgroups cheap, not the last with every key. hdim 64's
                                     # 192-row tiles at seqlen 1k: the last m-tile's one busy
                                     # warpgroup of three took 23300 cycles (run 113's stamps)
+    ragged_split: bool = False      # session 31 candidate, off (QPF_DIAG bit 65536; with
+                                    # q_per_warpgroup): in an m-tile whose rows all belong to
+                                    # consumer warpgroup 0 (the 192-row tiling's last at seqlen
+                                    # 1024: 64 rows) the three warpgroups take the same Q rows
+                                    # and split the key blocks (block j to warpgroup j % 3);
+                                    # warpgroups 1-2 hand m, l and fp32 O over in shared memory
+                                    # and warpgroup 0 merges them (_consumer_ragged). Run 109's
+                                    # stamps: that tile's one busy warpgroup took 17.5k cycles
+                                    # against 22.1k for a full tile, 14% of each SM's tile cycles
     # --- session 25 candidates, off (with softmax_fma; kernel SOFTMAX_FMA bits 2-5) ---
     row_tree: int = 0               # 1: each row's max over a block as a tree inside the thread
                                     # (hopper_fp8_fwd._row_tree), not the reduction's chain
@@ -760,6 +769,11 @@ VARIANTS = {
     "d64w2cq": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                  "o_buffer": True, "mask_limit": True, "q_release_early": True,
                  "early_fetch": 2, "q_l2_prefetch": True}, (64,)),
+    # session 31: hdim 64 non-causal's ragged m-tile (1024 = 5 x 192 + 64) computed by the three
+    # consumer warpgroups, the key blocks split between them and merged (ragged_split). Run 126's
+    # stamps: that tile 17.5k cycles, a full tile 22.1k (no ragged tile at 1152: 1.10x cuDNN
+    # there, 0.97x at 1024). Prediction: each SM's span -6..-8% at 1k, -1..-2% at 2k / 4k
+    "rs": ({"ragged_split": True}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "l2_8", "l2_32",
@@ -768,7 +782,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
-            "dh", "ohwgb", "bt", "no_bt"}
+            "dh", "ohwgb", "bt", "no_bt", "rs"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -2222,7 +2236,8 @@ def _producer_dynamic_pf(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
 
 @gluon.jit
 def _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w: gl.constexpr, k, more, b, h,
-               m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k):
+               m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k,
+               RAGGED: gl.constexpr = 0):
     # q_per_warpgroup: consumer warpgroup w's work item and Q box (rows m_start + 64 w ..) of the
     # program's k-th tile, once that warpgroup released its box of tile k - 1 (its last QK^T);
     # past the last tile (more == 0) the stop signal, q_bar[w] completed by a plain arrive
@@ -2231,8 +2246,11 @@ def _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w: gl.constexpr, k, mo
                   seqlen_q, seqlen_k)
     if more != 0:
         M_Q: gl.constexpr = q_desc.block_type.shape[1]
+        q_row = m_start + w * M_Q
+        if RAGGED:  # ragged_split: a tile of warpgroup 0's rows only gives every box those rows
+            q_row = gl.where(m_start + M_Q >= seqlen_q, m_start, q_row)
         mbarrier.expect(q_bar.index(w), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, m_start + w * M_Q, h, 0], q_bar.index(w),
+        tma.async_copy_global_to_shared(q_desc, [b, q_row, h, 0], q_bar.index(w),
                                         q_smem.index(w))
     else:
         mbarrier.arrive(q_bar.index(w), count=1)
@@ -2243,7 +2261,8 @@ def _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
                          k_ready, v_ready, kv_empty, tile_smem, tile_counter,
                          n_bh, num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                          CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                         NUM_STAGES: gl.constexpr):
+                         NUM_STAGES: gl.constexpr, RAGGED: gl.constexpr = 0):
+    # RAGGED (ragged_split): see _q_box_for.
     # q_per_warpgroup (session 13 candidate; three consumer warpgroups, O in its own boxes): each
     # consumer warpgroup has its own Q box, work-item slot, q_bar and q_empty, so a warpgroup that
     # finished its tile (under wg_bounds warpgroup 0 sees fewer key blocks than 1 and 2) starts
@@ -2267,11 +2286,11 @@ def _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
             if j == 0:
                 for w in gl.static_range(1, 3):
                     _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 1, b, h,
-                               m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k)
+                               m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k, RAGGED)
         if n_blocks == 0:
             for w in gl.static_range(1, 3):
                 _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 1, b, h, m_start,
-                           n_blocks, n_unmasked, heads, seqlen_q, seqlen_k)
+                           n_blocks, n_unmasked, heads, seqlen_q, seqlen_k, RAGGED)
         r = gl.atomic_add(tile_counter, 1)
         if r == num_tiles - 1:  # the launch's last fetch: reset the counter for the next launch
             gl.atomic_xchg(tile_counter, 0)
@@ -2296,7 +2315,7 @@ def _producer_dynamic_nc3(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar,
         _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                              k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                              num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
-                             BLOCK_M, BLOCK_N, NUM_STAGES)
+                             BLOCK_M, BLOCK_N, NUM_STAGES, DIAG & 65536)
     else:
         _producer_dynamic(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty,
                           k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh, num_m_tiles,
@@ -2316,9 +2335,10 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
                       TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                       NC: gl.constexpr = 2, FMA: gl.constexpr = False, WGB: gl.constexpr = False,
                   SPLIT: gl.constexpr = False, DIAG: gl.constexpr = 0, o_half=None,
-                  KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
+                  KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1, mbuf=None, mml=None):
     # DIAG: the kernel's QPF_DIAG bits (FwdConfig.diag_*); o_half: TMA_STORE == 4's O buffer;
-    # KOFF / VOFF: asm_waits' barrier offsets (_consumer)
+    # KOFF / VOFF: asm_waits' barrier offsets (_consumer); mbuf / mml: ragged_split's hand-over
+    # buffers (_consumer_ragged)
     if PINGPONG:
         if PP_MODE == 2:
             if WG == 0:
@@ -2328,6 +2348,8 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
     t = gl.program_id(0) * 0  # pingpong turn counter
     i = gl.program_id(0) * 0  # tiles done: q_bar phase
     more = gl.program_id(0) * 0 + 1
+    if DIAG & 65536:
+        r = gl.program_id(0) * 0  # ragged_split: ragged tiles done (the hand-over's phase)
     while more != 0:
         if TMA_STORE == 3:
             # v10: two Q buffers / work-item slots, tile i in buffer i % 2; the other buffer's
@@ -2374,12 +2396,31 @@ def _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, 
             more, b, h, m_start, n_blocks, n_unmasked, hs, sq, sk = _read_tile(
                 tile_smem.index(WG))
             if more != 0:
-                c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(WG), k_ready, v_ready,
-                                 kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs, sq, sk,
-                                 sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
-                                 WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
-                                 PINGPONG, c, t, i & 1, q_empty.index(WG), o_desc, D_REAL, True,
-                                 TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG)
+                if DIAG & 65536:  # ragged_split: a tile of warpgroup 0's rows only
+                    if m_start + BLOCK_M // 3 >= sq:
+                        c = _consumer_ragged(q_smem, k_smem, v_smem, q_bar.index(WG), k_ready,
+                                             v_ready, kv_empty, turn_bars, mbuf, mml, lse_ptr,
+                                             o_desc, b, h, hs, sq, sk, qk_scale, m_start,
+                                             n_blocks, n_unmasked, WG, CAUSAL, BLOCK_M,
+                                             BLOCK_N, HEAD_DIM, NUM_STAGES, c, i & 1,
+                                             q_empty.index(WG), r, FMA, DIAG)
+                        r += 1
+                    else:
+                        c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(WG), k_ready,
+                                         v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h,
+                                         hs, sq, sk, sk - sq, qk_scale, m_start, n_blocks,
+                                         n_unmasked, WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                         NUM_STAGES, OVERLAP, PINGPONG, c, t, i & 1,
+                                         q_empty.index(WG), o_desc, D_REAL, True, TMA_STORE,
+                                         PP_MODE, NC, FMA, WGB, SPLIT, 0, DIAG)
+                else:
+                    c, t = _consumer(q_smem, k_smem, v_smem, q_bar.index(WG), k_ready,
+                                     v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, b, h, hs,
+                                     sq, sk, sk - sq, qk_scale, m_start, n_blocks, n_unmasked,
+                                     WG, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES,
+                                     OVERLAP, PINGPONG, c, t, i & 1, q_empty.index(WG), o_desc,
+                                     D_REAL, True, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, 0,
+                                     DIAG)
                 i += 1
         else:
             mbarrier.wait(q_bar, i & 1)  # this tile's Q (or the stop signal) and its work item
@@ -2417,7 +2458,8 @@ def _consumer_dynamic_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
                           DIAG: gl.constexpr = 0, o_half=None,
-                          KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
+                          KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1,
+                          mbuf=None, mml=None):
     if DIAG & 512:  # cross_tile (session 26 candidate)
         _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                      turn_bars, lse_ptr, o_desc, tile_smem, qk_scale, 0, CAUSAL, BLOCK_M,
@@ -2428,7 +2470,7 @@ def _consumer_dynamic_wg0(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           heads, seqlen_q, seqlen_k, qk_scale,
                           0, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
                           PINGPONG, D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG,
-                          o_half, KOFF, VOFF)
+                          o_half, KOFF, VOFF, mbuf, mml)
 
 
 @gluon.jit
@@ -2442,7 +2484,8 @@ def _consumer_dynamic_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
                           DIAG: gl.constexpr = 0, o_half=None,
-                          KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1):
+                          KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1,
+                          mbuf=None, mml=None):
     if DIAG & 512:  # cross_tile (session 26 candidate)
         _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                      turn_bars, lse_ptr, o_desc, tile_smem, qk_scale, 1, CAUSAL, BLOCK_M,
@@ -2453,7 +2496,7 @@ def _consumer_dynamic_wg1(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           heads, seqlen_q, seqlen_k, qk_scale,
                           1, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP,
                           PINGPONG, D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG,
-                          o_half, KOFF, VOFF)
+                          o_half, KOFF, VOFF, mbuf, mml)
 
 
 @gluon.jit
@@ -2466,12 +2509,128 @@ def _consumer_dynamic_wg2(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_rea
                           TMA_STORE: gl.constexpr, PP_MODE: gl.constexpr,
                           NC: gl.constexpr = 2, FMA: gl.constexpr = False,
                           WGB: gl.constexpr = False, SPLIT: gl.constexpr = False,
-                          DIAG: gl.constexpr = 0):
+                          DIAG: gl.constexpr = 0, mbuf=None, mml=None):
     _consumer_dynamic(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                       turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
                       heads, seqlen_q, seqlen_k, qk_scale,
                       2, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_STAGES, OVERLAP, PINGPONG,
-                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG)
+                      D_REAL, TMA_STORE, PP_MODE, NC, FMA, WGB, SPLIT, DIAG, None, -1, -1, mbuf,
+                      mml)
+
+
+@gluon.jit
+def _consumer_ragged(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, mbars, mbuf, mml,
+                     lse_ptr, o_desc, b, h, heads, seqlen_q, seqlen_k, qk_scale, m_start,
+                     n_blocks, n_unmasked, WG: gl.constexpr, CAUSAL: gl.constexpr,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                     NUM_STAGES: gl.constexpr, kv_base, q_phase, q_empty, r,
+                     FMA: gl.constexpr = False, DIAG: gl.constexpr = 0):
+    """ragged_split (session 31 candidate): one m-tile whose rows all belong to warpgroup 0 (its
+    rows m_start .. m_start + BLOCK_M / 3), computed by the three consumer warpgroups together.
+
+    The producer loaded those rows into every warpgroup's Q box (_q_box_for). Key block j goes to
+    warpgroup j % 3; each warpgroup releases the other blocks' stages once they have landed (as
+    wg_bounds' release loop does), so the ring moves on as before. Warpgroups 1 and 2 then hand
+    their running max, sum and unnormalised fp32 O to warpgroup 0 in shared memory (mbuf: O,
+    [2, M_WG, HEAD_DIM]; mml: m and l, [4, M_WG]) and warpgroup 0 merges the three, normalises
+    and stores O and lse as _consumer does (TMA_STORE == 2, its O box 4). mbars[2] (count 2):
+    both partials written; mbars[3] (count 1): warpgroup 0 has read them. r: the ragged tiles
+    this warpgroup has done, the hand-over's phase. DIAG bit 16: the stamps of _consumer's slots
+    0, 1, 3 / 5, 4, 6, 7 and 8 + WG. Returns the K/V ring counter after the tile."""
+    M_WG: gl.constexpr = BLOCK_M // 3
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    STAMP: gl.constexpr = DIAG & 16
+
+    q = q_smem.index(WG).reshape([M_WG, HEAD_DIM])
+    rows = m_start + gl.arange(0, M_WG, layout=row_s)  # every warpgroup: warpgroup 0's rows
+    causal_off = seqlen_k - seqlen_q
+    m_i = gl.full([M_WG], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([M_WG], gl.float32, layout=row_s)
+    acc = gl.zeros([M_WG, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([M_WG, BLOCK_N], gl.float32, layout=s_layout)
+    stamp_base = (b * heads + h) * seqlen_q + m_start
+    if STAMP:
+        if WG == 0:
+            _stamp(lse_ptr, stamp_base, 0, _CLOCK)
+            _stamp(lse_ptr, stamp_base, 6, _SMID)
+            _stamp(lse_ptr, stamp_base, 7, _GTIMER)
+    mbarrier.wait(q_bar, q_phase)
+    if STAMP:
+        if WG == 0:
+            _stamp(lse_ptr, stamp_base, 1, _CLOCK)
+    for j in range(n_blocks):
+        if j % 3 == WG:
+            acc, m_i, l_i = _plain_step(
+                j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, mbars, acc, m_i, l_i, s_zero,
+                rows, seqlen_k, causal_off, qk_scale, kv_base, 0, 2, WG, CAUSAL, BLOCK_N,
+                HEAD_DIM, NUM_STAGES, False, 0, s_layout, row_o, p_layout, FMA, n_unmasked)
+        else:
+            # another warpgroup's block: release its stage once it has landed (its ready phase
+            # means every warpgroup released the stage's previous use)
+            sj = (kv_base + j) % NUM_STAGES
+            phj = ((kv_base + j) // NUM_STAGES) & 1
+            mbarrier.wait(k_ready.index(sj), phj)
+            mbarrier.arrive(kv_empty.index(sj), count=1)
+            mbarrier.wait(v_ready.index(sj), phj)
+            mbarrier.arrive(kv_empty.index(NUM_STAGES + sj), count=1)
+    mbarrier.arrive(q_empty, count=1)  # every QK^T of this warpgroup has completed
+    if STAMP:
+        _stamp(lse_ptr, stamp_base, 8 + WG, _CLOCK)
+        _stamp(lse_ptr, stamp_base, 3 if WG == 0 else 5, _CLOCK)
+    if WG != 0:
+        mbarrier.wait(mbars.index(3), (r & 1) ^ 1)  # warpgroup 0 read the previous hand-over
+        mbuf.index(WG - 1).store(acc)
+        mml.index(2 * WG - 2).store(m_i)
+        mml.index(2 * WG - 1).store(l_i)
+        gl.thread_barrier()
+        mbarrier.arrive(mbars.index(2), count=1)
+    else:
+        mbarrier.wait(mbars.index(2), r & 1)
+        acc1 = mbuf.index(0).load(o_layout)
+        acc2 = mbuf.index(1).load(o_layout)
+        m1 = mml.index(0).load(row_s)
+        l1 = mml.index(1).load(row_s)
+        m2 = mml.index(2).load(row_s)
+        l2 = mml.index(3).load(row_s)
+        gl.thread_barrier()
+        mbarrier.arrive(mbars.index(3), count=1)
+        if FMA:  # FMA kept the raw-score maxima: to log2 units
+            m_i = m_i * qk_scale
+            m1 = m1 * qk_scale
+            m2 = m2 * qk_scale
+        mx = gl.maximum(gl.maximum(m_i, m1), m2)
+        mx_safe = gl.where(mx == float("-inf"), 0.0, mx)
+        f0 = gl.exp2(m_i - mx_safe)  # 0 for a warpgroup whose blocks held no visible key
+        f1 = gl.exp2(m1 - mx_safe)
+        f2 = gl.exp2(m2 - mx_safe)
+        l_i = l_i * f0 + l1 * f1 + l2 * f2
+        acc = (acc * gl.expand_dims(gl.convert_layout(f0, row_o), 1)
+               + acc1 * gl.expand_dims(gl.convert_layout(f1, row_o), 1)
+               + acc2 * gl.expand_dims(gl.convert_layout(f2, row_o), 1))
+        # epilogue as _consumer's (TMA_STORE == 2, three consumers: O box 4)
+        l_o = gl.convert_layout(l_i, row_o)
+        out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
+        lse = gl.where(l_i == 0.0, float("-inf"), (mx + gl.log2(l_i)) * 0.6931471805599453)
+        tma.store_wait(0)
+        gl.thread_barrier()
+        q_smem.index(4).reshape([M_WG, HEAD_DIM]).store(out.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(o_desc, [b, m_start, h, 0], q_smem.index(4))
+        lse_ptrs = lse_ptr + (b.to(gl.int64) * heads + h) * seqlen_q + rows
+        if STAMP:  # the stamps own the tile's first 32 lse entries
+            gl.store(lse_ptrs, lse, mask=(rows < seqlen_q) & (rows >= m_start + 32))
+            _stamp(lse_ptr, stamp_base, 4, _CLOCK)
+        else:
+            gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+    return kv_base + n_blocks
 
 
 @gluon.jit
@@ -2564,7 +2723,12 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     # kv_empty[s]: K of stage s free; kv_empty[NUM_STAGES + s]: V of stage s free
     kv_empty = gl.allocate_shared_memory(gl.int64, [2 * NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    if QPF_DIAG & 65536:  # ragged_split: [2] both partials written, [3] warpgroup 0 read them
+        turn_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(turn_bars.index(2), count=2)
+        mbarrier.init(turn_bars.index(3), count=1)
+    else:
+        turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     if TMA_STORE == 3:
         mbarrier.init(q_bar.index(0), count=1)
         mbarrier.init(q_bar.index(1), count=1)
@@ -2652,6 +2816,37 @@ def attn_fwd_kernel(q_desc, k_desc, v_desc, out_ptr, lse_ptr,
                         q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
                         num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
                         BLOCK_M, BLOCK_N, NUM_STAGES, NUM_CONSUMERS)),
+                ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+            elif (NUM_CONSUMERS == 3) and (QPF_DIAG & 65536):
+                # ragged_split: the hand-over buffers of _consumer_ragged (fp32 O of warpgroups
+                # 1-2, 32 KB at hdim 64, swizzled against the accumulator layout's bank
+                # conflicts; their m and l)
+                M3: gl.constexpr = BLOCK_M // 3
+                mbuf = gl.allocate_shared_memory(gl.float32, [2, M3, HEAD_DIM],
+                                                 gl.SwizzledSharedLayout(2, 1, 8, [1, 0]))
+                mml = gl.allocate_shared_memory(gl.float32, [4, M3],
+                                                gl.SwizzledSharedLayout(1, 1, 1, [0]))
+                gl.warp_specialize([
+                    (_consumer_dynamic_wg0, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half, -1, -1, mbuf, mml)),
+                    (_consumer_dynamic_wg1, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, o_half, -1, -1, mbuf, mml)),
+                    (_consumer_dynamic_wg2, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, kv_empty, turn_bars, out_ptr, lse_ptr, o_desc, tile_smem,
+                        heads, seqlen_q, seqlen_k, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM,
+                        NUM_STAGES, OVERLAP, PINGPONG, D_REAL, TMA_STORE, PP_MODE, NUM_CONSUMERS,
+                        SOFTMAX_FMA, WG_SKIP, SPLIT_LOOPS, QPF_DIAG, mbuf, mml)),
+                    (_producer_dynamic_nc3, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                        q_bar, q_empty, k_ready, v_ready, kv_empty, tile_smem, tile_counter, n_bh,
+                        num_m_tiles, l2_heads, heads, kv_group, seqlen_q, seqlen_k, CAUSAL,
+                        BLOCK_M, BLOCK_N, NUM_STAGES, QPF_DIAG, lse_ptr,
+                        q_ptr, D_REAL)),
                 ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
             elif NUM_CONSUMERS == 3:
                 gl.warp_specialize([
@@ -3241,7 +3436,10 @@ def shared_memory_bytes(head_dim: int, cfg: FwdConfig, elem: int = 2) -> int:
         q_rows += cfg.block_m
     if cfg.o_half:
         q_rows += cfg.block_m // 2
-    return elem * head_dim * (q_rows + 2 * cfg.num_stages * cfg.block_n)
+    tiles = elem * head_dim * (q_rows + 2 * cfg.num_stages * cfg.block_n)
+    if cfg.ragged_split:  # warpgroups 1-2's fp32 O, m and l (session 31 candidate)
+        tiles += 4 * (2 * head_dim + 4) * (cfg.block_m // 3)
+    return tiles
 
 
 def supports(q, k, v, causal) -> str | None:
@@ -3435,6 +3633,9 @@ def _check_switch_support(cfg: FwdConfig) -> None:
                            and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
         raise ValueError("o_half needs tma_store, persistent, two consumer warpgroups and no "
                          "pingpong / o_buffer / q_prefetch")
+    if cfg.ragged_split and not cfg.q_per_warpgroup:
+        raise ValueError("ragged_split: with q_per_warpgroup only (its producer loads each "
+                         "warpgroup's Q box on its own)")
     # the stamps reach _consumer through the persistent loops' partitions: every two-consumer
     # one, and the dynamic scheduler's three-consumer ones (the hdim 64 rows)
     if cfg.diag_stamps and not (cfg.warp_specialize and cfg.persistent
@@ -3457,7 +3658,8 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
             + 128 * cfg.q_release_early + 256 * cfg.q_per_warpgroup
             + 512 * (cfg.cross_tile >= 1) + 1024 * (cfg.cross_tile == 2)
             + 2048 * (cfg.early_fetch == 1) + 4096 * (cfg.early_fetch == 2)
-            + 8192 * cfg.q_l2_prefetch + 16384 * cfg.diag_half + 32768 * cfg.bottom_tiles)
+            + 8192 * cfg.q_l2_prefetch + 16384 * cfg.diag_half + 32768 * cfg.bottom_tiles
+            + 65536 * cfg.ragged_split)
 
 
 def _softmax_fma_value(cfg: FwdConfig):
