@@ -1296,8 +1296,10 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
                 PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
                 row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
                 q_rel=None, j_end=0, QREL: gl.constexpr = False, lse_ptr=None, stamp_base=0,
-                STAMP: gl.constexpr = 0):
-    # one iteration of _consumer's block-by-block loop; MASK as in _overlap_step. QREL
+                STAMP: gl.constexpr = 0, REL: gl.constexpr = 1):
+    # one iteration of _consumer's block-by-block loop; MASK as in _overlap_step. REL: the
+    # arrivals on each stage's kv_empty (ragged_split: the block's one reader gives all three).
+    # QREL
     # (q_release_early): at block j_end - 1 (the warpgroup's last) Q is released (q_rel) as soon
     # as its QK^T has completed (STAMP: the SM clock then in slot 8 + WG, as _overlap_step)
     s = (kv_base + j) % NUM_STAGES
@@ -1312,7 +1314,7 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
     s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
     _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
     s_acc = warpgroup_mma_wait(0, deps=[s_tok])
-    mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
+    mbarrier.arrive(kv_empty.index(s), count=REL)  # K_j read
     if QREL:
         if j + 1 == j_end:
             mbarrier.arrive(q_rel, count=1)  # this warpgroup's last QK^T has read Q
@@ -1328,7 +1330,7 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
     v = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
     o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
-    mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=1)  # V_j read
+    mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=REL)  # V_j read
     return acc, m_i, l_i
 
 
@@ -2158,6 +2160,18 @@ def _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b
 
 
 @gluon.jit
+def _load_ring(desc, smem, ready, kv_empty, b, kvh, j, pos, OFF: gl.constexpr,
+               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    # ragged_split's half of _load_kv_block: key block j's K (OFF 0) or V (OFF NUM_STAGES) into
+    # ring position pos once that stage's K or V of position pos - NUM_STAGES is released
+    s = pos % NUM_STAGES
+    mbarrier.wait(kv_empty.index(OFF + s), ((pos // NUM_STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(s), desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, [b, j * BLOCK_N, kvh, 0], ready.index(s),
+                                    smem.index(s))
+
+
+@gluon.jit
 def _prefetch_q(q_desc, q_smem, q_bar, q_empty, tile_smem, nxt, kk, num_tiles, n_bh, num_m_tiles,
                 l2_heads, heads, kv_group, seqlen_q, seqlen_k,
                 CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -2280,13 +2294,31 @@ def _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
             CAUSAL, BLOCK_M, BLOCK_N)
         _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, 0, k, 1, b, h, m_start, n_blocks,
                    n_unmasked, heads, seqlen_q, seqlen_k)
-        for j in range(n_blocks):
-            _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b, kvh,
-                           j, c + j, BLOCK_N, NUM_STAGES)
-            if j == 0:
-                for w in gl.static_range(1, 3):
-                    _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 1, b, h,
-                               m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k, RAGGED)
+        if RAGGED:
+            # ragged_split: a tile of warpgroup 0's rows only is loaded three blocks at a time,
+            # their K before their V (each K stage is released by its one reader right after its
+            # QK^T: _consumer_ragged); other tiles block by block as below (g = 1)
+            g = gl.where(m_start + BLOCK_M // 3 >= seqlen_q, 3, 1)
+            for j0 in range(0, n_blocks, g):
+                for j in range(j0, gl.minimum(j0 + g, n_blocks)):
+                    _load_ring(k_desc, k_smem, k_ready, kv_empty, b, kvh, j, c + j, 0, BLOCK_N,
+                               NUM_STAGES)
+                    if j == 0:
+                        for w in gl.static_range(1, 3):
+                            _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 1, b, h,
+                                       m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k,
+                                       RAGGED)
+                for j in range(j0, gl.minimum(j0 + g, n_blocks)):
+                    _load_ring(v_desc, v_smem, v_ready, kv_empty, b, kvh, j, c + j, NUM_STAGES,
+                               BLOCK_N, NUM_STAGES)
+        else:
+            for j in range(n_blocks):
+                _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b,
+                               kvh, j, c + j, BLOCK_N, NUM_STAGES)
+                if j == 0:
+                    for w in gl.static_range(1, 3):
+                        _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 1, b, h,
+                                   m_start, n_blocks, n_unmasked, heads, seqlen_q, seqlen_k)
         if n_blocks == 0:
             for w in gl.static_range(1, 3):
                 _q_box_for(q_desc, q_smem, q_bar, q_empty, tile_smem, w, k, 1, b, h, m_start,
@@ -2529,8 +2561,12 @@ def _consumer_ragged(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, 
     rows m_start .. m_start + BLOCK_M / 3), computed by the three consumer warpgroups together.
 
     The producer loaded those rows into every warpgroup's Q box (_q_box_for). Key block j goes to
-    warpgroup j % 3; each warpgroup releases the other blocks' stages once they have landed (as
-    wg_bounds' release loop does), so the ring moves on as before. Warpgroups 1 and 2 then hand
+    warpgroup j % 3, its only reader, which gives the stage's K and V all three arrivals
+    (kv_empty's count) as soon as it has read them; the others only wait to see it land. The
+    producer loads the tile's blocks three at a time, the three K before the three V
+    (_producer_dynamic_qw), so a K stage refills while its reader's softmax and P V run (run 127:
+    with every warpgroup releasing every block in order, and K / V loaded block by block, each
+    round of three blocks waited ~2k cycles for its loads). Warpgroups 1 and 2 then hand
     their running max, sum and unnormalised fp32 O to warpgroup 0 in shared memory (mbuf: O,
     [2, M_WG, HEAD_DIM]; mml: m and l, [4, M_WG]) and warpgroup 0 merges the three, normalises
     and stores O and lse as _consumer does (TMA_STORE == 2, its O box 4). mbars[2] (count 2):
@@ -2566,20 +2602,20 @@ def _consumer_ragged(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, 
         if WG == 0:
             _stamp(lse_ptr, stamp_base, 1, _CLOCK)
     for j in range(n_blocks):
-        if j % 3 == WG:
+        if j % 3 == WG:  # this warpgroup's block: it releases the stage for all three
             acc, m_i, l_i = _plain_step(
                 j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, mbars, acc, m_i, l_i, s_zero,
                 rows, seqlen_k, causal_off, qk_scale, kv_base, 0, 2, WG, CAUSAL, BLOCK_N,
-                HEAD_DIM, NUM_STAGES, False, 0, s_layout, row_o, p_layout, FMA, n_unmasked)
+                HEAD_DIM, NUM_STAGES, False, 0, s_layout, row_o, p_layout, FMA, n_unmasked,
+                REL=3)
         else:
-            # another warpgroup's block: release its stage once it has landed (its ready phase
-            # means every warpgroup released the stage's previous use)
+            # another's: only seen to land. A ready wait by parity is sound only when the
+            # waiter saw the stage's previous load land (else a phase two behind passes it);
+            # every warpgroup seeing every position in order keeps that so across tiles
             sj = (kv_base + j) % NUM_STAGES
             phj = ((kv_base + j) // NUM_STAGES) & 1
             mbarrier.wait(k_ready.index(sj), phj)
-            mbarrier.arrive(kv_empty.index(sj), count=1)
             mbarrier.wait(v_ready.index(sj), phj)
-            mbarrier.arrive(kv_empty.index(NUM_STAGES + sj), count=1)
     mbarrier.arrive(q_empty, count=1)  # every QK^T of this warpgroup has completed
     if STAMP:
         _stamp(lse_ptr, stamp_base, 8 + WG, _CLOCK)
