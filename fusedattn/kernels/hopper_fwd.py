@@ -772,7 +772,11 @@ VARIANTS = {
     # session 31: hdim 64 non-causal's ragged m-tile (1024 = 5 x 192 + 64) computed by the three
     # consumer warpgroups, the key blocks split between them and merged (ragged_split). Run 126's
     # stamps: that tile 17.5k cycles, a full tile 22.1k (no ragged tile at 1152: 1.10x cuDNN
-    # there, 0.97x at 1024). Prediction: each SM's span -6..-8% at 1k, -1..-2% at 2k / 4k
+    # there, 0.97x at 1024). Run 127 (first form: every warpgroup released every block in order,
+    # K / V loaded block by block): the GPU test passed, but the ragged tile took 18.2k at 1k
+    # (each round of three blocks waited for its loads: the three-stage ring had none ahead) and
+    # 42.2k against 54.0k at 4k; time 0.996x / 0.952x. Second form (owner releases for all
+    # three, ragged tiles loaded K before V three blocks at a time): not yet run on a GPU
     "rs": ({"ragged_split": True}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
