@@ -4,9 +4,9 @@
 # shapes with several tiles per program for each row given (scripts/racecheck_case.py; a
 # seventh field names a variant, e.g. a candidate before it enters the table), with a summary
 # of the hazard addresses. Every step, the warm-ups included, has its own cap under one
-# deadline; full logs under OUT (tarred to OUT.tgz), a short summary last. ADOPT_GRID=0 skips the
-# grid and memcheck (a candidate's racecheck only); ADOPT_SYNCCHECK=1 adds compute-sanitizer
-# synccheck on each row after its racecheck.
+# deadline (RACE_CAP: each racecheck's, 90 s); full logs under OUT (tarred to OUT.tgz), a short
+# summary last. ADOPT_GRID=0 skips the grid and memcheck (a candidate's racecheck only);
+# ADOPT_SYNCCHECK=1 adds compute-sanitizer synccheck on each row after its racecheck.
 #     bash scripts/device_adopt.sh OUT "D,CAUSAL,B,S,H,HK[,VARIANT] ..." [DEADLINE_S (560)]
 set -u
 out=${1:?usage: device_adopt.sh OUT "D,CAUSAL,B,S,H,HK[,VARIANT] ..." [DEADLINE_S]}
@@ -29,7 +29,7 @@ for r in $rows; do
   name=$d-$c${var:+-$var}
   export RACECHECK_SHAPE=$b,$s,$h,$hk
   step "warm-race-$name" 60 python3 scripts/racecheck_case.py "$d" "$c" ${var:+"$var"}
-  step "racecheck-$name" 90 $CS --tool racecheck --racecheck-report hazard \
+  step "racecheck-$name" "${RACE_CAP:-90}" $CS --tool racecheck --racecheck-report hazard \
     python3 scripts/racecheck_case.py "$d" "$c" ${var:+"$var"}
   grep -o "__shared__ 0x[0-9a-f]*" "$out/racecheck-$name.log" 2>/dev/null | sort | uniq -c \
     | sort -rn | head -20 > "$out/racecheck-$name-addresses.txt"
