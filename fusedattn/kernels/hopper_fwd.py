@@ -775,8 +775,8 @@ VARIANTS = {
     # there, 0.97x at 1024). Run 127 (first form: every warpgroup released every block in order,
     # K / V loaded block by block): the GPU test passed, but the ragged tile took 18.2k at 1k
     # (each round of three blocks waited for its loads: the three-stage ring had none ahead) and
-    # 42.2k against 54.0k at 4k; time 0.996x / 0.952x. Second form (owner releases for all
-    # three, ragged tiles loaded K before V three blocks at a time): not yet run on a GPU
+    # 42.2k against 54.0k at 4k; time 0.996x / 0.952x. Second form (a round's other blocks
+    # released early, ragged tiles loaded K before V three blocks at a time): not yet on a GPU
     "rs": ({"ragged_split": True}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
@@ -1300,10 +1300,8 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
                 PINGPONG: gl.constexpr, PP_MODE: gl.constexpr, s_layout: gl.constexpr,
                 row_o: gl.constexpr, p_layout: gl.constexpr, FMA: gl.constexpr, n_unmasked=0,
                 q_rel=None, j_end=0, QREL: gl.constexpr = False, lse_ptr=None, stamp_base=0,
-                STAMP: gl.constexpr = 0, REL: gl.constexpr = 1):
-    # one iteration of _consumer's block-by-block loop; MASK as in _overlap_step. REL: the
-    # arrivals on each stage's kv_empty (ragged_split: the block's one reader gives all three).
-    # QREL
+                STAMP: gl.constexpr = 0):
+    # one iteration of _consumer's block-by-block loop; MASK as in _overlap_step. QREL
     # (q_release_early): at block j_end - 1 (the warpgroup's last) Q is released (q_rel) as soon
     # as its QK^T has completed (STAMP: the SM clock then in slot 8 + WG, as _overlap_step)
     s = (kv_base + j) % NUM_STAGES
@@ -1318,7 +1316,7 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
     s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
     _turn_pass(turn_bars, WG, PINGPONG, PP_MODE)
     s_acc = warpgroup_mma_wait(0, deps=[s_tok])
-    mbarrier.arrive(kv_empty.index(s), count=REL)  # K_j read
+    mbarrier.arrive(kv_empty.index(s), count=1)  # K_j read
     if QREL:
         if j + 1 == j_end:
             mbarrier.arrive(q_rel, count=1)  # this warpgroup's last QK^T has read Q
@@ -1334,7 +1332,7 @@ def _plain_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc
     v = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
     o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
-    mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=REL)  # V_j read
+    mbarrier.arrive(kv_empty.index(NUM_STAGES + s), count=1)  # V_j read
     return acc, m_i, l_i
 
 
@@ -2164,6 +2162,17 @@ def _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b
 
 
 @gluon.jit
+def _see_release(ready, kv_empty, kv_base, j, n_blocks, OFF: gl.constexpr,
+                 NUM_STAGES: gl.constexpr):
+    # ragged_split: a block this warpgroup does not read: once its K (OFF 0) or V (OFF
+    # NUM_STAGES) has landed, release that stage (kv_empty's one arrival of this warpgroup)
+    if j < n_blocks:
+        s = (kv_base + j) % NUM_STAGES
+        mbarrier.wait(ready.index(s), ((kv_base + j) // NUM_STAGES) & 1)
+        mbarrier.arrive(kv_empty.index(OFF + s), count=1)
+
+
+@gluon.jit
 def _load_ring(desc, smem, ready, kv_empty, b, kvh, j, pos, OFF: gl.constexpr,
                BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
     # ragged_split's half of _load_kv_block: key block j's K (OFF 0) or V (OFF NUM_STAGES) into
@@ -2300,8 +2309,8 @@ def _producer_dynamic_qw(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, 
                    n_unmasked, heads, seqlen_q, seqlen_k)
         if RAGGED:
             # ragged_split: a tile of warpgroup 0's rows only is loaded three blocks at a time,
-            # their K before their V (each K stage is released by its one reader right after its
-            # QK^T: _consumer_ragged); other tiles block by block as below (g = 1)
+            # their K before their V (a round's K stages are all released by the end of its
+            # QK^Ts: _consumer_ragged); other tiles block by block as below (g = 1)
             g = gl.where(m_start + BLOCK_M // 3 >= seqlen_q, 3, 1)
             for j0 in range(0, n_blocks, g):
                 for j in range(j0, gl.minimum(j0 + g, n_blocks)):
@@ -2564,13 +2573,15 @@ def _consumer_ragged(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, 
     """ragged_split (session 31 candidate): one m-tile whose rows all belong to warpgroup 0 (its
     rows m_start .. m_start + BLOCK_M / 3), computed by the three consumer warpgroups together.
 
-    The producer loaded those rows into every warpgroup's Q box (_q_box_for). Key block j goes to
-    warpgroup j % 3, its only reader, which gives the stage's K and V all three arrivals
-    (kv_empty's count) as soon as it has read them; the others only wait to see it land. The
-    producer loads the tile's blocks three at a time, the three K before the three V
-    (_producer_dynamic_qw), so a K stage refills while its reader's softmax and P V run (run 127:
-    with every warpgroup releasing every block in order, and K / V loaded block by block, each
-    round of three blocks waited ~2k cycles for its loads). Warpgroups 1 and 2 then hand
+    The producer loaded those rows into every warpgroup's Q box (_q_box_for). The key blocks go
+    in rounds of three, block r0 + w to warpgroup w. Every warpgroup still waits for and releases
+    every block, in order (a stage refills only once all three released it, and a parity wait
+    is sound only for a waiter that saw the stage's previous load land), but a round's other
+    two blocks are released early: their K before this warpgroup's QK^T, their V before its P V.
+    The producer loads such a tile three K, then three V (_producer_dynamic_qw), so the next
+    round's K loads while this round's softmax and P V run. (Run 127's first form released the
+    others' blocks in plain loop order, after its own earlier block, and loaded K / V block by
+    block: each round waited ~2k cycles for its loads.) Warpgroups 1 and 2 then hand
     their running max, sum and unnormalised fp32 O to warpgroup 0 in shared memory (mbuf: O,
     [2, M_WG, HEAD_DIM]; mml: m and l, [4, M_WG]) and warpgroup 0 merges the three, normalises
     and stores O and lse as _consumer does (TMA_STORE == 2, its O box 4). mbars[2] (count 2):
@@ -2605,21 +2616,37 @@ def _consumer_ragged(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, 
     if STAMP:
         if WG == 0:
             _stamp(lse_ptr, stamp_base, 1, _CLOCK)
-    for j in range(n_blocks):
-        if j % 3 == WG:  # this warpgroup's block: it releases the stage for all three
-            acc, m_i, l_i = _plain_step(
-                j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, mbars, acc, m_i, l_i, s_zero,
-                rows, seqlen_k, causal_off, qk_scale, kv_base, 0, 2, WG, CAUSAL, BLOCK_N,
-                HEAD_DIM, NUM_STAGES, False, 0, s_layout, row_o, p_layout, FMA, n_unmasked,
-                REL=3)
-        else:
-            # another's: only seen to land. A ready wait by parity is sound only when the
-            # waiter saw the stage's previous load land (else a phase two behind passes it);
-            # every warpgroup seeing every position in order keeps that so across tiles
-            sj = (kv_base + j) % NUM_STAGES
-            phj = ((kv_base + j) // NUM_STAGES) & 1
-            mbarrier.wait(k_ready.index(sj), phj)
-            mbarrier.wait(v_ready.index(sj), phj)
+    p_op = gl.zeros([M_WG, BLOCK_N], dtype, layout=p_layout)
+    for r0 in range(0, n_blocks, 3):  # rounds of three blocks, block r0 + w to warpgroup w
+        jo = r0 + WG
+        so = (kv_base + jo) % NUM_STAGES
+        pho = ((kv_base + jo) // NUM_STAGES) & 1
+        # the round's other K: seen to land and released before this warpgroup's QK^T
+        for u in gl.static_range(3):
+            if u != WG:
+                _see_release(k_ready, kv_empty, kv_base, r0 + u, n_blocks, 0, NUM_STAGES)
+        if jo < n_blocks:
+            mbarrier.wait(k_ready.index(so), pho)
+            k_t = k_smem.index(so).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+            s_acc = warpgroup_mma_wait(0, deps=[s_tok])
+            mbarrier.arrive(kv_empty.index(so), count=1)  # K read
+            p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, jo, seqlen_k, causal_off,
+                                                 qk_scale, n_unmasked, 2, CAUSAL, BLOCK_N,
+                                                 s_layout, FMA)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+        # the round's other V: the same, before this warpgroup's P V
+        for u in gl.static_range(3):
+            if u != WG:
+                _see_release(v_ready, kv_empty, kv_base, r0 + u, n_blocks, NUM_STAGES,
+                             NUM_STAGES)
+        if jo < n_blocks:
+            mbarrier.wait(v_ready.index(so), pho)
+            v = v_smem.index(so).reshape([BLOCK_N, HEAD_DIM])
+            o_tok = warpgroup_mma(p_op, v, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[o_tok])
+            mbarrier.arrive(kv_empty.index(NUM_STAGES + so), count=1)  # V read
     mbarrier.arrive(q_empty, count=1)  # every QK^T of this warpgroup has completed
     if STAMP:
         _stamp(lse_ptr, stamp_base, 8 + WG, _CLOCK)
