@@ -566,6 +566,18 @@ def test_asm_waits(reports):
     H._check_switch_support(H.variant_config("joint_aw", 128, True))
 
 
+def test_ragged_split_refused_where_it_cannot_run():
+    """ragged_split (session 31 candidate): with q_per_warpgroup's producer only, and with at
+    least three K / V stages (a round of three blocks must fit the ring: with two, a warpgroup
+    waits for a load that needs its own release; found in review, session 31)."""
+    H._check_switch_support(H.variant_config("rs", 64, False))
+    for bad in (dict(num_stages=2), dict(q_per_warpgroup=False)):
+        with pytest.raises(ValueError, match="ragged_split"):
+            H._check_switch_support(H.variant_config("rs", 64, False, **bad))
+    with pytest.raises(ValueError, match="ragged_split"):   # the causal row has no q_per_warpgroup
+        H._check_switch_support(H.variant_config("rs", 64, True))
+
+
 def test_timing_stamps_reach_the_code(report):
     """diag_stamps: clock reads in the kernel exactly when it is on: 5 by consumer warpgroup 0
     and 1 by warpgroup 1 with the overlap (4 and 1 without; the two-buffer Q prefetch has two

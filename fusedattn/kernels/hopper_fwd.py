@@ -3700,9 +3700,11 @@ def _check_switch_support(cfg: FwdConfig) -> None:
                            and not (cfg.pingpong or cfg.o_buffer or cfg.q_prefetch)):
         raise ValueError("o_half needs tma_store, persistent, two consumer warpgroups and no "
                          "pingpong / o_buffer / q_prefetch")
-    if cfg.ragged_split and not cfg.q_per_warpgroup:
-        raise ValueError("ragged_split: with q_per_warpgroup only (its producer loads each "
-                         "warpgroup's Q box on its own)")
+    # (num_stages >= 3: each warpgroup waits for a round's three K / V loads before releasing
+    # its own block's stage, so the ring must hold a whole round; with 2 stages it deadlocks)
+    if cfg.ragged_split and not (cfg.q_per_warpgroup and cfg.num_stages >= 3):
+        raise ValueError("ragged_split: with q_per_warpgroup (its producer loads each "
+                         "warpgroup's Q box on its own) and num_stages >= 3 only")
     # the stamps reach _consumer through the persistent loops' partitions: every two-consumer
     # one, and the dynamic scheduler's three-consumer ones (the hdim 64 rows)
     if cfg.diag_stamps and not (cfg.warp_specialize and cfg.persistent
