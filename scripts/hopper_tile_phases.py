@@ -177,6 +177,16 @@ def phases(cfg, q, k, v, causal, d):
     # 64's 192-row tiles: the last 64 rows, one busy warpgroup of three) shows as its own median
     rec["tile_by_m"] = [med([st[i][4] - st[i][0] for i in range(m, len(st), n_m)])
                         for m in range(n_m)]
+    # the last m-tile's warpgroups (session 31, ragged_split): from its entry, each
+    # warpgroup's Q release (slots 8-10: the end of its QK^Ts; under ragged_split the end of
+    # its share of the key blocks), warpgroup 0's and 1's last P V (3, 5) and the epilogue (4);
+    # None where a warpgroup stamped no release (0)
+    last = [st[i] for i in range(n_m - 1, len(st), n_m)]
+    rec["last_m_tile"] = {
+        name: (med([r[slot] - r[0] for r in last]) if all(r[slot] for r in last) else None)
+        for name, slot in (("q_release_wg0", 8), ("q_release_wg1", 9), ("q_release_wg2", 10),
+                           ("last_pv_wg0", 3), ("last_pv_wg1", 5), ("epilogue", 4))
+        if slot - 8 < nc}
     # the last warpgroup's Q release: how long before warpgroup 0's epilogue was issued, and how
     # long until warpgroup 0 of the SM's next tile saw its Q (stamp 1, after its epilogue and
     # the wait for q_bar): an upper bound of the producer's publish and the Q load, equal to it
@@ -357,6 +367,9 @@ def main():
                          if p["q_release_to_end"] is not None else ""), flush=True)
                 print(f"d{d} c{int(causal)} s{s} {n} tile by m-tile: "
                       + " / ".join(f"{t:.0f}" for t in p["tile_by_m"]), flush=True)
+                print(f"d{d} c{int(causal)} s{s} {n} last m-tile from its entry: "
+                      + " | ".join(f"{k} {'-' if v is None else f'{v:.0f}'}"
+                                   for k, v in p["last_m_tile"].items()), flush=True)
                 if p.get("producer"):
                     pp = p["producer"]
                     fr = pp["free_after_release"]
