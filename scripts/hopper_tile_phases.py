@@ -186,7 +186,7 @@ def phases(cfg, q, k, v, causal, d):
         name: (med([r[slot] - r[0] for r in last]) if all(r[slot] for r in last) else None)
         for name, slot in (("q_release_wg0", 8), ("q_release_wg1", 9), ("q_release_wg2", 10),
                            ("last_pv_wg0", 3), ("last_pv_wg1", 5), ("epilogue", 4))
-        if slot - 8 < nc}
+        if slot < 8 + nc}  # (slots 8 + WG: only the warpgroups there are)
     # the last warpgroup's Q release: how long before warpgroup 0's epilogue was issued, and how
     # long until warpgroup 0 of the SM's next tile saw its Q (stamp 1, after its epilogue and
     # the wait for q_bar): an upper bound of the producer's publish and the Q load, equal to it
