@@ -2149,16 +2149,9 @@ def _load_kv_block(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_empty, b
                    BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
     # key block j of (b, kvh) into ring position pos, once every consumer released that stage's
     # K (kv_empty[s]) and V (kv_empty[NUM_STAGES + s]) of position pos - NUM_STAGES
-    s = pos % NUM_STAGES
-    ph = (pos // NUM_STAGES) & 1
-    mbarrier.wait(kv_empty.index(s), ph ^ 1)
-    kb = k_ready.index(s)
-    mbarrier.expect(kb, k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [b, j * BLOCK_N, kvh, 0], kb, k_smem.index(s))
-    mbarrier.wait(kv_empty.index(NUM_STAGES + s), ph ^ 1)
-    vb = v_ready.index(s)
-    mbarrier.expect(vb, v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(v_desc, [b, j * BLOCK_N, kvh, 0], vb, v_smem.index(s))
+    _load_ring(k_desc, k_smem, k_ready, kv_empty, b, kvh, j, pos, 0, BLOCK_N, NUM_STAGES)
+    _load_ring(v_desc, v_smem, v_ready, kv_empty, b, kvh, j, pos, NUM_STAGES, BLOCK_N,
+               NUM_STAGES)
 
 
 @gluon.jit
@@ -2175,8 +2168,9 @@ def _see_release(ready, kv_empty, kv_base, j, n_blocks, OFF: gl.constexpr,
 @gluon.jit
 def _load_ring(desc, smem, ready, kv_empty, b, kvh, j, pos, OFF: gl.constexpr,
                BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
-    # ragged_split's half of _load_kv_block: key block j's K (OFF 0) or V (OFF NUM_STAGES) into
-    # ring position pos once that stage's K or V of position pos - NUM_STAGES is released
+    # key block j's K (OFF 0) or V (OFF NUM_STAGES) into ring position pos once that stage's K
+    # or V of position pos - NUM_STAGES is released (_load_kv_block: both; ragged_split's
+    # producer: a round's three K, then its three V)
     s = pos % NUM_STAGES
     mbarrier.wait(kv_empty.index(OFF + s), ((pos // NUM_STAGES) & 1) ^ 1)
     mbarrier.expect(ready.index(s), desc.block_type.nbytes)
