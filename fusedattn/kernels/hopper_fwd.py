@@ -259,7 +259,8 @@ class FwdConfig:
                                     # warpgroups cheap, not the last with every key. hdim 64's
                                     # 192-row tiles at seqlen 1k: the last m-tile's one busy
                                     # warpgroup of three took 23300 cycles (run 113's stamps)
-    ragged_split: bool = False      # session 31 candidate, off (QPF_DIAG bit 65536; with
+    ragged_split: bool = False      # session 31 candidate, off, not adopted (runs 127-128:
+                                    # the split tile was no shorter at 1k; QPF_DIAG bit 65536; with
                                     # q_per_warpgroup): in an m-tile whose rows all belong to
                                     # consumer warpgroup 0 (the 192-row tiling's last at seqlen
                                     # 1024: 64 rows) the three warpgroups take the same Q rows
@@ -775,8 +776,10 @@ VARIANTS = {
     # there, 0.97x at 1024). Run 127 (first form: every warpgroup released every block in order,
     # K / V loaded block by block): the GPU test passed, but the ragged tile took 18.2k at 1k
     # (each round of three blocks waited for its loads: the three-stage ring had none ahead) and
-    # 42.2k against 54.0k at 4k; time 0.996x / 0.952x. Second form (a round's other blocks
-    # released early, ragged tiles loaded K before V three blocks at a time): not yet on a GPU
+    # 42.2k against 54.0k at 4k; time 0.996x / 0.952x. Run 128 (second form: a round's other
+    # blocks released early, ragged tiles loaded K before V three blocks at a time): the test
+    # passed, the ragged tile 19.2k against the row's 17.8k at 1k (each round still waits for
+    # all six of its loads), 43.0k against 54.2k at 4k; time 0.98x / 0.95x. Not adopted
     "rs": ({"ragged_split": True}, (64,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
