@@ -27,7 +27,8 @@ the SM busier can run at a lower clock, so cycles saved need not all become time
 Every candidate is checked before it is timed: outputs NaN-poisoned, against the float64 oracle
 on a tails + GQA case (causal and not), and against the row on the cell's own inputs.
 
-    [HP_CELLS="d,causal,seqlen;..."] python3 scripts/hopper_tile_phases.py OUT_DIR [VARIANT ...]
+    [HP_CELLS="d,causal,seqlen;..."] [HP_SHAPE="batch,heads"] [HP_STAMPS=0] \
+        python3 scripts/hopper_tile_phases.py OUT_DIR [VARIANT ...]
     python3 scripts/hopper_tile_phases.py --precompile [VARIANT ...]   (every launch, in parallel)
     python3 scripts/hopper_tile_phases.py --check VARIANT              (its oracle checks only)
 """
@@ -233,8 +234,18 @@ def producer_phases(st, by_sm, q_release_early, nc=2):
     return {k: (statistics.median(v) if v else None) for k, v in acc.items()}
 
 
+def _cell_shape(d, s):
+    """(batch, heads) of a cell: the anchors' (batch x seqlen = 16384, heads x head_dim = 2048),
+    or HP_SHAPE="batch,heads" for every cell (the FA3 paper's ablation: "4,16" at seqlen 8448)."""
+    text = os.environ.get("HP_SHAPE")
+    if text:
+        b, h = (int(x) for x in text.split(","))
+        return b, h
+    return 16384 // s, 2048 // d
+
+
 def _cell_tensors(d, s):
-    b, h = 16384 // s, 2048 // d
+    b, h = _cell_shape(d, s)
     return [torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
 
 
@@ -316,7 +327,7 @@ def main():
                 print(f"check {n} d{d} causal={int(causal)}: {checked[key]}", flush=True)
             if checked[key][0]:
                 names.append(n)
-        b, h = 16384 // s, 2048 // d
+        b, h = _cell_shape(d, s)
         torch.manual_seed(d + s)
         q, k, v = _cell_tensors(d, s)
         scale = d ** -0.5

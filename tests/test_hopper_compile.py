@@ -935,6 +935,24 @@ def test_variants_table_is_valid():
     assert H.variant_config("default", 128, True) == H.get_config(128, True)
 
 
+def test_ablation_variants_are_the_rows_with_one_switch_changed():
+    """The ablation on today's hdim 128 rows (session 34): each variant is the shipped row with
+    only the switch it names changed, and the kernel implements every one of them."""
+    from dataclasses import replace
+    for causal in (False, True):
+        row = H.get_config(128, causal)
+        assert row.warp_specialize and row.overlap and not row.pingpong
+        want = {"ship_no_ov": replace(row, overlap=False),
+                "ship_no_ov_pp": replace(row, overlap=False, pingpong=True, pingpong_mode=2,
+                                         q_release_early=False),
+                "pp2": replace(row, pingpong=True, pingpong_mode=2, q_release_early=False),
+                "pp1": replace(row, pingpong=True, pingpong_mode=1, q_release_early=False)}
+        for name, cfg in want.items():
+            assert H.variant_config(name, 128, causal) == cfg, (name, causal)
+            H._check_switch_support(cfg)
+        assert not H.variant_config("no_ws", 128, causal).warp_specialize
+
+
 def test_supports_gives_reasons_off_gpu():
     import torch
     q = torch.zeros(1, 4, 2, 64, dtype=torch.bfloat16)

@@ -781,6 +781,14 @@ VARIANTS = {
     # passed, the ragged tile 19.2k against the row's 17.8k at 1k (each round still waits for
     # all six of its loads), 43.0k against 54.2k at 4k; time 0.98x / 0.95x. Not adopted
     "rs": ({"ragged_split": True}, (64,)),
+    # session 34: the paper's ablation on today's hdim 128 rows (README's is run 5's, on the v3
+    # row). With "default" (the row: WS + overlap, no pingpong), pp2 / pp1 (+ pingpong) and
+    # no_ws (one 8-warp program, no producer or setmaxnreg: the same kernel whatever the row):
+    # the row without the intra-warpgroup overlap, with and without pingpong (FA3's placement,
+    # named barriers).
+    "ship_no_ov": ({"overlap": False}, (128,)),
+    "ship_no_ov_pp": ({"overlap": False, "pingpong": True, "pingpong_mode": 2,
+                       "q_release_early": False}, (128,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "l2_8", "l2_32",
@@ -789,7 +797,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
-            "dh", "ohwgb", "bt", "no_bt", "rs"}
+            "dh", "ohwgb", "bt", "no_bt", "rs", "ship_no_ov", "ship_no_ov_pp"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
