@@ -797,6 +797,7 @@ def fake_forward(q, k, v, causal, scale, config=None, _out=None, _lse=None, _war
     return out, lse
 
 H.forward = fake_forward
+torch.set_num_threads(1)  # the fake must repeat bit for bit (see hopper_dev2.install_fake)
 D.JOBS = {"d256": (60, ["default", "pdyn_tma_fma"], [(256, True, 130)], [(256, True, 130)])}
 D._cell_shape = lambda job, d, s: (1, 2)
 D.worker("d256", sys.argv[1])
