@@ -165,6 +165,7 @@ PAD_CANDIDATES = {64: "d64_3wg_n128_pdyn", 128: "pdyn_tma_fma", 256: "pdyn_fma"}
 PRECOMPILE_TIMEOUT = 50  # s; kernels not compiled by then are compiled by the jobs themselves
 PRECOMPILE_PROCS = 12  # the device machine has 16 cores
 SMOKE_STALL_S = 25  # s without a new smoke record: the running case is declared hung
+SMOKE_START_S = 30  # s more for a new worker's first record (imports; a loaded CPU is slow)
 
 
 def smoke_list(jobs):
@@ -809,8 +810,9 @@ def _new_features(name, d, causal):
 
 def run_smoke(out_dir, jobs, deadline):
     """The smoke stage: one process runs smoke_list(jobs); a case that makes no progress (no new
-    record) for SMOKE_STALL_S seconds is killed, recorded as hung (smoke record ok=False), and a
-    new process takes the remaining variants. Returns a status line."""
+    record) for SMOKE_STALL_S seconds (a new worker's first record: SMOKE_START_S more) is
+    killed, recorded as hung (smoke record ok=False), and a new process takes the remaining
+    variants. Returns a status line."""
     items = smoke_list(jobs)
     total = len(items)
     path = os.path.join(out_dir, "smoke.jsonl")
@@ -821,13 +823,16 @@ def run_smoke(out_dir, jobs, deadline):
             p = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), out_dir,
                                   "--worker", "smoke:" + json.dumps(items)], stdout=lf,
                                  stderr=subprocess.STDOUT, cwd=ROOT)
-            last, t_last, killed = -1, time.time(), False
+            last, t_last, killed = None, time.time(), False
+            allow = SMOKE_STALL_S + SMOKE_START_S  # until the worker's first record
             while p.poll() is None:
                 time.sleep(0.25)
                 size = os.path.getsize(path) if os.path.exists(path) else 0
-                if size != last:
-                    last, t_last = size, time.time()
-                elif time.time() - t_last > SMOKE_STALL_S or time.time() > deadline:
+                if last is None:
+                    last = size
+                elif size != last:
+                    last, t_last, allow = size, time.time(), SMOKE_STALL_S
+                elif time.time() - t_last > allow or time.time() > deadline:
                     p.kill()
                     p.wait()
                     killed = True
