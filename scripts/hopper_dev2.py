@@ -638,8 +638,9 @@ class Worker:
 
 def install_fake():
     """CPU stand-ins for the plumbing tests (tests/test_hopper_compile.py), from the environment
-    variable HOPPER_DEV2_FAKE = "hang:NAME,fail:NAME,...": the kernel is the float64 reference
-    (variant NAME made wrong, or hanging forever), timers return constants, no GPU."""
+    variable HOPPER_DEV2_FAKE = "hang:NAME,fail:NAME,slowstart:SECONDS,...": the kernel is the
+    float64 reference (variant NAME made wrong, or hanging forever; the worker asleep SECONDS
+    before its first record), timers return constants, no GPU."""
     import types
     import torch
     import triton
@@ -647,6 +648,9 @@ def install_fake():
     global DEVICE
     DEVICE = "cpu"
     spec = [x.split(":", 1) for x in os.environ["HOPPER_DEV2_FAKE"].split(",") if ":" in x]
+    for what, secs in spec:
+        if what == "slowstart":  # a slow start (imports on a loaded machine)
+            time.sleep(float(secs))
     torch.cuda.synchronize = lambda *a, **k: None
     torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(
         name="FAKE", multi_processor_count=132)

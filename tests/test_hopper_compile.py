@@ -916,6 +916,30 @@ def test_dev2_smoke_stage_and_pad_on_cpu(tmp_path):
     assert smoke2["d64_3wg_n128_wgb"]["ok"] is True
 
 
+_SLOW_START = """
+import os, sys, time
+sys.path.insert(0, os.path.join(sys.argv[2], "scripts"))
+import hopper_dev2 as D
+D.VERIFIED -= D.VERIFIED_RUN7
+D.SMOKE_STALL_S = 5
+D.JOBS["c64"] = (60, ["default", "pdyn_fma"], [(64, True, 256)], [])
+print("SMOKE=" + D.run_smoke(sys.argv[1], ["c64"], time.time() + 200))
+"""
+
+
+def test_dev2_smoke_watchdog_allows_a_slow_start(tmp_path):
+    """A smoke worker that takes longer than SMOKE_STALL_S to write its first record (imports on
+    a loaded machine; here asleep 10 s against a 5 s stall limit) is not declared hung: the
+    watchdog gives the first record SMOKE_START_S more. Its variant then passes."""
+    env = _compile_env()
+    env["HOPPER_DEV2_FAKE"] = "slowstart:10"
+    res = subprocess.run([sys.executable, "-c", _SLOW_START, str(tmp_path), ROOT], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("SMOKE=")][-1]
+    assert line.startswith("SMOKE=1/1 variants passed") and "stopped" not in line, line
+
+
 def test_padded_head_dims_enabled():
     assert H.PAD_HEAD_DIMS is True  # on since device run 7 verified the padded variants
     assert set(H.SUPPORTED_HEAD_DIMS) == set(range(8, 257, 8))
