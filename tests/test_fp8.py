@@ -375,7 +375,10 @@ def test_fp8_attention_close_to_oracle(case, variant, causal):
     bound = REL_RMSE_BOUND_TENSOR if variant == "per-tensor" else REL_RMSE_BOUND
     rel = _rel_rmse(out.transpose(1, 2)[seen], ref.transpose(1, 2)[seen])
     assert rel <= bound, f"relative RMSE {rel:.3f} > {bound}"
-    # lse inherits the score error: up to ~0.05 on rows that see few keys (measured), bound 0.15
+    # lse inherits the score error, largest on rows that see few keys (a causal row that sees one
+    # key carries that one score's FP8 error). Measured (session 35): 0.03-0.06 at these seeds;
+    # over 100 other seeds per case the worst was 0.143, so the bound 0.15 sits at that tail and
+    # the seeds stay fixed
     assert (lse[seen] - ref_lse[seen]).abs().max().item() < 0.15
 
 
