@@ -393,22 +393,25 @@ def test_fp8_attention_exact_on_exactly_representable_inputs():
 
 @pytest.fixture(scope="module")
 def outlier_errors():
-    """The paper's outlier test at a CI shape (seed 0). Over 8 draws at this shape per-tensor /
-    per-block was 1.06..1.20 and per-block / incoherent 1.22..1.50 (study, see docstring)."""
-    q, k, v = synthetic_qkv((2, 384, 2, 128), seed=0)
-    return variant_errors(q, k, v, block_size=128, seed=0)
+    """The paper's outlier test at a CI shape, 8 draws (seeds 0-7), as the study averages draws.
+    Measured over 100 draws at this shape (session 35): per-tensor / per-block 0.89..1.36 per draw
+    (median 1.11; below 1 in about one draw in ten), 1.08..1.15 as a mean of 8 draws; per-block /
+    incoherent 1.16..1.63 per draw."""
+    return [variant_errors(*synthetic_qkv((2, 384, 2, 128), seed=s), block_size=128, seed=0)
+            for s in range(8)]
 
 
 def test_per_block_beats_per_tensor_on_outliers(outlier_errors):
-    e = outlier_errors
-    assert e["fp8 per-block"] < e["fp8 per-tensor"] / 1.03, e
+    """On average: per block scales win by ~11% here, but not on every draw."""
+    ratios = [e["fp8 per-tensor"] / e["fp8 per-block"] for e in outlier_errors]
+    assert sum(ratios) / len(ratios) > 1.03, ratios
 
 
 def test_incoherent_beats_per_block_on_outliers(outlier_errors):
-    e = outlier_errors
-    assert e["fp8 per-block + incoherent"] < e["fp8 per-block"] / 1.1, e
-    assert e["fp8 per-block + incoherent"] / e["ref rms"] <= REL_RMSE_BOUND
-    assert e["16-bit"] < e["fp8 per-block + incoherent"] / 10
+    for e in outlier_errors:  # on every draw
+        assert e["fp8 per-block + incoherent"] < e["fp8 per-block"] / 1.1, e
+        assert e["fp8 per-block + incoherent"] / e["ref rms"] <= REL_RMSE_BOUND
+        assert e["16-bit"] < e["fp8 per-block + incoherent"] / 10
 
 
 def test_per_block_wins_clearly_when_heads_differ_in_scale():
