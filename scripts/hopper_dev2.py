@@ -823,18 +823,17 @@ def run_smoke(out_dir, jobs, deadline):
     hung_any, tries, t0 = [], 0, time.time()
     while items and time.time() < deadline - 10 and tries < 6:
         tries += 1
+        last = os.path.getsize(path) if os.path.exists(path) else 0  # before the worker starts
         with open(os.path.join(out_dir, f"smoke{tries}.log"), "w") as lf:
             p = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), out_dir,
                                   "--worker", "smoke:" + json.dumps(items)], stdout=lf,
                                  stderr=subprocess.STDOUT, cwd=ROOT)
-            last, t_last, killed = None, time.time(), False
+            t_last, killed = time.time(), False
             allow = SMOKE_STALL_S + SMOKE_START_S  # until the worker's first record
             while p.poll() is None:
                 time.sleep(0.25)
                 size = os.path.getsize(path) if os.path.exists(path) else 0
-                if last is None:
-                    last = size
-                elif size != last:
+                if size != last:
                     last, t_last, allow = size, time.time(), SMOKE_STALL_S
                 elif time.time() - t_last > allow or time.time() > deadline:
                     p.kill()

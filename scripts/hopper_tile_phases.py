@@ -327,9 +327,9 @@ def main():
                 print(f"check {n} d{d} causal={int(causal)}: {checked[key]}", flush=True)
             if checked[key][0]:
                 names.append(n)
-        b, h = _cell_shape(d, s)
         torch.manual_seed(d + s)
         q, k, v = _cell_tensors(d, s)
+        b, _, h, _ = q.shape
         scale = d ** -0.5
         fns = {n: (lambda cfg=cfg_of(n, d, causal): H.forward(q, k, v, causal, scale, config=cfg))
                for n in names}
