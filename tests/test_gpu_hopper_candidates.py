@@ -216,3 +216,55 @@ def test_ragged_split_matches_the_oracle(shape):
     rs = H.variant_config("rs", 64, False)
     assert rs.ragged_split and not row.ragged_split and rs.q_per_warpgroup
     _check_close(row, rs, q, k, v, causal=False)
+
+
+def _growing_inputs(shape, head_dim, seed, dtype=torch.bfloat16):
+    """Scores whose row max grows by more than 2^8 (exp2 units) from key block to key block,
+    so that lazy_rescale's threshold trips again and again, on some rows only: the keys scaled
+    up by 1 + 2 t for their 64-key block t, every other query row scaled down 20x (those rows
+    never trip it themselves), and one query row in eight negated (its max falls, then jumps)."""
+    b, sq, h, sk, hk = shape
+    q, k, v = _inputs(shape, head_dim, seed)
+    grow = 1.0 + 2.0 * (torch.arange(sk, device="cuda") // 64).float()
+    k = (k.float() * grow[None, :, None, None]).to(dtype)
+    qs = torch.ones(sq, device="cuda")
+    qs[1::2] = 0.05
+    qs[::8] = -1.0
+    q = (q.float() * qs[None, :, None, None]).to(dtype)
+    return q, k, v.to(dtype)
+
+
+@needs_sm90
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_lazy_rescale_matches_the_oracle(shape, causal, head_dim):
+    """lazy_rescale (session 37, variant lazy): O's rescale skipped while no row of the
+    warpgroup outgrows its reference max by 2^8. Random scores (the threshold trips at block 0
+    only): within the grid's rule of the float64 oracle and within one bf16 rounding of the row
+    (_check_close). Growing scores (_growing_inputs: it trips at many blocks, on some rows):
+    within the grid's rule, lse's error against the oracle at most twice the row's (+ 1e-6 of
+    its size: these lse reach ~500), its infinities where the oracle's, nothing NaN, in bf16 and
+    fp16."""
+    row = H.get_config(head_dim, causal)
+    lz = H.variant_config("lazy", head_dim, causal)
+    assert lz.lazy_rescale and not row.lazy_rescale
+    q, k, v = _inputs(shape, head_dim, 11 + shape[1] + shape[3])
+    _check_close(row, lz, q, k, v, causal)
+    scale = head_dim ** -0.5
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = _growing_inputs(shape, head_dim, 5 + shape[1], dtype)
+        ro, rl = attention_oracle(q, k, v, causal, scale)
+        plain, _ = plain_pytorch_attention(q, k, v, causal, scale)
+        fin = ~torch.isinf(rl)
+        _, row_lse = _run(row, q, k, v, causal)
+        row_err = (row_lse.double()[fin] - rl[fin]).abs().max().item() if fin.any() else 0.0
+        size = rl[fin].abs().max().item() if fin.any() else 0.0
+        for _ in range(2):
+            out, lse = _run(lz, q, k, v, causal)
+            check_grid_rule("out", out, plain, ro, dtype)
+            assert not torch.isnan(lse).any()
+            assert torch.equal(torch.isinf(lse), torch.isinf(rl))
+            if fin.any():
+                err = (lse.double()[fin] - rl[fin]).abs().max().item()
+                assert err <= 2 * row_err + 1e-6 * max(1.0, size), (err, row_err, size)

@@ -282,6 +282,12 @@ class FwdConfig:
                                     # consumer warp's 64 exp2 per key block hold its sub-
                                     # partition's MUFU pipe ~512 cycles (4 lanes per clock),
                                     # as long as its QK^T and P V take on the tensor cores
+    # --- session 37 candidate, off (with softmax_fma; kernel SOFTMAX_FMA bit 6) ---
+    lazy_rescale: bool = False      # FA4's rescale threshold: a warpgroup moves its running max
+                                    # (and scales O) only when some row's block max exceeds it
+                                    # by more than 2^8; otherwise the one FMUL per O register
+                                    # per key block is skipped (_softmax_update_lazy). The
+                                    # overlapped loops of _consumer only (two consumers)
 
     @property
     def num_warps(self) -> int:
@@ -557,6 +563,10 @@ VARIANTS = {
     # session 11, these variants were measured without it)
     "pp2": ({"pingpong": True, "pingpong_mode": 2, "o_half": False, "q_release_early": False},
             (128, 256)),
+    # session 37: FA4's lazy O rescale on the shipped rows (lazy_rescale); at hdim 128 the O
+    # rescale is 64 of the ~471 instructions per key block (sass_loops), and the 1k / 2k cells
+    # run at the power cap, where instructions cost energy and energy sets the time
+    "lazy": ({"lazy_rescale": True}, (128, 256)),
     "pp1": ({"pingpong": True, "pingpong_mode": 1, "o_half": False, "q_release_early": False},
             (128, 256)),
     # session 10: per-warpgroup causal bounds on the shipped hdim 256 causal row (64-key blocks:
@@ -797,7 +807,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
-            "dh", "ohwgb", "bt", "no_bt", "rs", "ship_no_ov", "ship_no_ov_pp"}
+            "dh", "ohwgb", "bt", "no_bt", "rs", "ship_no_ov", "ship_no_ov_pp", "lazy"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -1166,6 +1176,80 @@ def _masked_softmax(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale, n_
     return p, alpha, m_i, l_i
 
 
+# lazy_rescale (session 37): the running max m that P is taken against moves only when some row
+# of the warpgroup sees its block max exceed m by more than 2^LAZY_LOG2 (in exp2's units); then
+# every row of the warpgroup takes its true max and O is rescaled. Otherwise m, l and O keep
+# their scale (alpha is exactly 1) and the O rescale, one FMUL per O register, is skipped: P is
+# then at most 2^LAZY_LOG2 (bf16 and fp16 carry it with the same relative precision, and fp32 O
+# and l the sums). The decision is one scalar per warpgroup, so the branch is uniform over the
+# warpgroup that issues the wgmma (FA4's rescale threshold, on Hopper's registers).
+LAZY_LOG2 = gl.constexpr(8.0)
+
+
+@gluon.jit
+def _softmax_update_lazy(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
+                         MASK: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                         s_layout: gl.constexpr, LIM: gl.constexpr = False):
+    """_softmax_update_fma's form (raw-score max, needs qk_scale > 0; LIM: mask_limit's mask)
+    with the lazy max. Returns p, alpha, m, l and resc (int32 scalar, > 0 iff m moved and O
+    must be scaled by alpha)."""
+    qk = s_acc
+    if LIM:
+        if MASK:
+            lim = seqlen_k - j * BLOCK_N
+            cl = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            if CAUSAL:
+                lim_r = gl.minimum(rows + (causal_off + 1 - j * BLOCK_N), lim)
+                valid = gl.expand_dims(cl, 0) < gl.expand_dims(lim_r, 1)
+            else:
+                valid = gl.expand_dims(cl < lim, 0)
+            qk = gl.where(valid, qk, float("-inf"))
+    elif MASK:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        valid = gl.expand_dims(cols < seqlen_k, 0)
+        if CAUSAL:
+            valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
+        qk = gl.where(valid, qk, float("-inf"))
+    m_blk = gl.maximum(m_i, gl.max(qk, axis=1))
+    # a row's first visible key: -inf to finite grows by +inf; a row with none so far: -inf -
+    # -inf is NaN, which compares false
+    grow = (m_blk - m_i) * qk_scale > LAZY_LOG2
+    resc = gl.max(grow.to(gl.int32), axis=0)
+    m_new = gl.where(resc > 0, m_blk, m_i)
+    if MASK:
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    m_scaled = m_use * qk_scale
+    p = gl.exp2(gl.fma(qk, qk_scale, -gl.expand_dims(m_scaled, 1)))
+    alpha = gl.where(resc > 0, gl.exp2(gl.fma(m_i, qk_scale, -m_scaled)), 1.0)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i, resc
+
+
+@gluon.jit
+def _masked_softmax_lazy(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale, n_unmasked,
+                         MASK: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                         s_layout: gl.constexpr, FMA: gl.constexpr):
+    # _masked_softmax with _softmax_update_lazy (MASK 2: masked iff j >= n_unmasked; FMA: the
+    # kernel's SOFTMAX_FMA, bits 0-1 == 2 for mask_limit)
+    LIM: gl.constexpr = (FMA & 3) == 2
+    if MASK == 2:
+        if j < n_unmasked:
+            p, alpha, m_i, l_i, resc = _softmax_update_lazy(
+                s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale, False, CAUSAL,
+                BLOCK_N, s_layout, LIM)
+        else:
+            p, alpha, m_i, l_i, resc = _softmax_update_lazy(
+                s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale, True, CAUSAL,
+                BLOCK_N, s_layout, LIM)
+    else:
+        p, alpha, m_i, l_i, resc = _softmax_update_lazy(
+            s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale, MASK, CAUSAL, BLOCK_N,
+            s_layout, LIM)
+    return p, alpha, m_i, l_i, resc
+
+
 @gluon.jit
 def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev, alpha_o,
                   m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base, turn_base,
@@ -1176,13 +1260,16 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
                   REV: gl.constexpr = 0, n_rev=0, NB: gl.constexpr = 0,
                   KOFF: gl.constexpr = -1, VOFF: gl.constexpr = -1,
                   q_rel=None, j_end=0, QREL: gl.constexpr = 0, lse_ptr=None, stamp_base=0,
-                  STAMP: gl.constexpr = 0):
+                  STAMP: gl.constexpr = 0, resc=0):
     # one steady-state iteration of _consumer's overlapped loop: QK^T of block j and P V of block
     # j - 1 in flight together. MASK: False / True, or 2: masked iff j >= n_unmasked (one loop
     # over every block; False / True serve the v8 split loops). REV (kv_reverse): step j of the
     # ring holds key block n_rev - 1 - j (its columns for the mask). QREL (q_release_early): at
     # step j_end - 1 Q is released (q_rel) once its QK^T has completed, before the softmax;
-    # STAMP (diag_stamps): the SM clock then in slot 8 + WG of the tile's stamps
+    # STAMP (diag_stamps): the SM clock then in slot 8 + WG of the tile's stamps. FMA bit 64
+    # (lazy_rescale): the softmax is _softmax_update_lazy's, O is scaled only where the previous
+    # block moved m (resc > 0), and the step returns resc as a sixth value
+    LAZY: gl.constexpr = (FMA >> 6) & 1
     s = (kv_base + j) % NUM_STAGES
     sp = (kv_base + j - 1) % NUM_STAGES
     if KOFF >= 0:  # asm_waits: K_ready / V_ready at these shared-memory offsets (_asm_wait)
@@ -1195,7 +1282,11 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
         _turn_wait(turn_bars, turn_base + j - 1, WG, PINGPONG, PP_MODE)
     k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-    acc = acc * gl.expand_dims(alpha_o, 1)
+    if LAZY:
+        if resc > 0:
+            acc = acc * gl.expand_dims(alpha_o, 1)
+    else:
+        acc = acc * gl.expand_dims(alpha_o, 1)
     if VOFF >= 0:
         _asm_wait(VOFF, sp, ((kv_base + j - 1) // NUM_STAGES) & 1)
     else:
@@ -1217,9 +1308,14 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
         jb = n_rev - 1 - j
     else:
         jb = j
-    p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, jb, seqlen_k, causal_off,
-                                         qk_scale, n_unmasked, MASK, CAUSAL, BLOCK_N, s_layout,
-                                         FMA)
+    if LAZY:
+        p, alpha, m_i, l_i, resc = _masked_softmax_lazy(s_acc, m_i, l_i, rows, jb, seqlen_k,
+                                                        causal_off, qk_scale, n_unmasked, MASK,
+                                                        CAUSAL, BLOCK_N, s_layout, FMA)
+    else:
+        p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, jb, seqlen_k, causal_off,
+                                             qk_scale, n_unmasked, MASK, CAUSAL, BLOCK_N,
+                                             s_layout, FMA)
     alpha_o = gl.convert_layout(alpha, row_o)
     p_prev = gl.convert_layout(p.to(p_prev.dtype), p_layout)
     acc = warpgroup_mma_wait(0, deps=[o_tok])
@@ -1227,7 +1323,7 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
         _nb_op(4 + NUM_STAGES + sp, False)
     else:
         mbarrier.arrive(kv_empty.index(NUM_STAGES + sp), count=1)
-    return acc, p_prev, alpha_o, m_i, l_i
+    return acc, p_prev, alpha_o, m_i, l_i, resc
 
 
 @gluon.jit
@@ -1383,6 +1479,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
     """
     M_WG: gl.constexpr = BLOCK_M // NC  # rows per consumer warpgroup (NC warpgroups)
     QREL: gl.constexpr = DIAG & 128  # q_release_early (_plain_step, _overlap_step)
+    LAZY: gl.constexpr = (FMA >> 6) & 1  # lazy_rescale (_softmax_update_lazy; the overlap only)
     # bottom_tiles moves the causal tiles only (_tile_info_lpt): rows below 0 in causal launches
     BOTTOM: gl.constexpr = (DIAG & 32768) * CAUSAL
     if TMA_STORE == 2:
@@ -1463,6 +1560,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         # included); PP_MODE >= 1: as FA3, turns only around the steady-state pairs.
         p_prev = gl.zeros([M_WG, BLOCK_N], dtype, layout=p_layout)
         alpha_o = gl.full([M_WG], 1.0, gl.float32, layout=row_o)
+        resc = n_blocks * 0  # lazy_rescale: O needs no scale before the next P V (an i32 scalar)
         if n_blocks > 0:
             # block 0: scores and softmax only
             s0 = kv_base % NUM_STAGES
@@ -1497,10 +1595,15 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             else:
                 # split loops: block 0 always masked (once per tile; exact for a fully visible
                 # block)
-                p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, 0, seqlen_k,
-                                                     causal_off, qk_scale, n_unmasked,
-                                                     True if SPLIT else 2, CAUSAL, BLOCK_N,
-                                                     s_layout, FMA)
+                if LAZY:  # (O is zero: no rescale before block 0's P V)
+                    p, alpha, m_i, l_i, _resc0 = _masked_softmax_lazy(
+                        s_acc, m_i, l_i, rows, 0, seqlen_k, causal_off, qk_scale, n_unmasked,
+                        True if SPLIT else 2, CAUSAL, BLOCK_N, s_layout, FMA)
+                else:
+                    p, alpha, m_i, l_i = _masked_softmax(s_acc, m_i, l_i, rows, 0, seqlen_k,
+                                                         causal_off, qk_scale, n_unmasked,
+                                                         True if SPLIT else 2, CAUSAL, BLOCK_N,
+                                                         s_layout, FMA)
             p_prev = gl.convert_layout(p.to(dtype), p_layout)
             if DIAG & 16:
                 if WG == 0:
@@ -1510,40 +1613,40 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             # its body (one loop with both spent 2x the instruction working set in the hot loop:
             # run 12's profile, no-instruction stalls 6x FA3's)
             for j in range(1, n_unmasked):
-                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                acc, p_prev, alpha_o, m_i, l_i, resc = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF,
                     q_empty, n_blocks, QREL,
-                    lse_ptr, stamp_base, DIAG & 16)
+                    lse_ptr, stamp_base, DIAG & 16, resc)
             for j in range(gl.maximum(n_unmasked, 1), n_blocks):
-                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                acc, p_prev, alpha_o, m_i, l_i, resc = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 0, 0, DIAG & 64, KOFF, VOFF,
                     q_empty, n_blocks, QREL,
-                    lse_ptr, stamp_base, DIAG & 16)
+                    lse_ptr, stamp_base, DIAG & 16, resc)
         if DIAG & 32:
             # kv_reverse: steps 1 .. n_blocks - n_unmasked - 1 hold the other masked blocks
             # (none when seqlen_q == seqlen_k and BLOCK_M == BLOCK_N), the rest unmasked ones
             for j in range(1, n_blocks - n_unmasked):
-                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                acc, p_prev, alpha_o, m_i, l_i, resc = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, True, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
                     VOFF, q_empty, n_blocks, QREL,
-                    lse_ptr, stamp_base, DIAG & 16)
+                    lse_ptr, stamp_base, DIAG & 16, resc)
             for j in range(gl.maximum(n_blocks - n_unmasked, 1), n_blocks):
-                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                acc, p_prev, alpha_o, m_i, l_i, resc = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, False, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, 0, 32, n_blocks, DIAG & 64, KOFF,
                     VOFF, q_empty, n_blocks, QREL,
-                    lse_ptr, stamp_base, DIAG & 16)
+                    lse_ptr, stamp_base, DIAG & 16, resc)
         # diag_half (session 27 candidate): warpgroup 0's diagonal block on its first half only
         HALF_DIAG: gl.constexpr = (DIAG & 16384) and CAUSAL and WG == 0
         if HALF_DIAG:
@@ -1554,13 +1657,13 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         # steady state: QK^T of block j and P V of block j-1 in flight together
         if HALF_DIAG:
             for j in range(1, gl.where(half, n_blocks - 1, n_blocks)):
-                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                acc, p_prev, alpha_o, m_i, l_i, resc = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, 2, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked, 0, 0, DIAG & 64, KOFF,
                     VOFF, q_empty, n_blocks, QREL,
-                    lse_ptr, stamp_base, DIAG & 16)
+                    lse_ptr, stamp_base, DIAG & 16, resc)
             if half:
                 acc, m_i, l_i = _half_last_block(
                     n_blocks - 1, q, k_smem, v_smem, k_ready, v_ready, kv_empty, acc, p_prev,
@@ -1569,13 +1672,13 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
                     QREL, lse_ptr, stamp_base, DIAG & 16)
         elif not SPLIT and not (DIAG & 32):
             for j in range(1, n_blocks):
-                acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+                acc, p_prev, alpha_o, m_i, l_i, resc = _overlap_step(
                     j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                     alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, kv_base,
                     turn_base, 2, WG, CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, PINGPONG,
                     PP_MODE, s_layout, row_o, p_layout, FMA, n_unmasked, 0, 0, DIAG & 64, KOFF,
                     VOFF, q_empty, n_blocks, QREL,
-                    lse_ptr, stamp_base, DIAG & 16)
+                    lse_ptr, stamp_base, DIAG & 16, resc)
         if PERSISTENT:
             if TMA_STORE != 1:
                 if TMA_STORE != 3:
@@ -1591,7 +1694,11 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
         elif n_blocks > 0:
             jl = kv_base + n_blocks - 1
             sl = jl % NUM_STAGES
-            acc = acc * gl.expand_dims(alpha_o, 1)
+            if LAZY:
+                if resc > 0:
+                    acc = acc * gl.expand_dims(alpha_o, 1)
+            else:
+                acc = acc * gl.expand_dims(alpha_o, 1)
             if VOFF >= 0:
                 _asm_wait(VOFF, sl, (jl // NUM_STAGES) & 1)
             else:
@@ -3232,7 +3339,7 @@ def _consumer_xt(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_em
         acc = gl.zeros([M_WG, HEAD_DIM], gl.float32, layout=o_layout)
         alpha_o = gl.full([M_WG], 1.0, gl.float32, layout=row_o)
         for j in range(1, n_blocks):
-            acc, p_prev, alpha_o, m_i, l_i = _overlap_step(
+            acc, p_prev, alpha_o, m_i, l_i, _resc = _overlap_step(
                 j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, acc, p_prev,
                 alpha_o, m_i, l_i, s_zero, rows, seqlen_k, causal_off, qk_scale, c, 0, 2, WG,
                 CAUSAL, BLOCK_N, HEAD_DIM, NUM_STAGES, False, 0, s_layout, row_o, p_layout, FMA,
@@ -3607,6 +3714,15 @@ def _check_switch_support(cfg: FwdConfig) -> None:
     (forward and compile_sm90, before any kernel work; scripts/hopper_tile_phases.py asks it
     too)."""
     # (first: its refusal names it even where another switch's check would also refuse)
+    if cfg.lazy_rescale and not (cfg.warp_specialize and cfg.overlap and cfg.softmax_fma
+                                 and cfg.num_consumers == 2
+                                 and not (cfg.kv_reverse or cfg.diag_half or cfg.cross_tile
+                                          or cfg.q_per_warpgroup or cfg.ragged_split
+                                          or cfg.exp_poly or cfg.row_tree)):
+        raise ValueError("lazy_rescale: the warp-specialised rows with two consumer warpgroups, "
+                         "the overlap and softmax_fma, in _consumer's loops only (no "
+                         "kv_reverse, diag_half, cross_tile, q_per_warpgroup, ragged_split, "
+                         "exp_poly or row_tree)")
     if cfg.cross_tile not in (0, 1, 2):
         raise ValueError(f"cross_tile must be 0, 1 or 2, got {cfg.cross_tile!r}")
     if cfg.cross_tile and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
@@ -3745,6 +3861,10 @@ def _softmax_fma_value(cfg: FwdConfig):
     if cfg.row_tree not in (0, 1, 2):
         raise ValueError(f"row_tree must be 0, 1 (the row max as a tree) or 2 (max and sum), "
                          f"got {cfg.row_tree!r}")
+    if cfg.lazy_rescale:
+        if cfg.exp_poly or cfg.row_tree:
+            raise ValueError("lazy_rescale has its own softmax: not with exp_poly or row_tree")
+        return (2 if cfg.mask_limit else 1) | 64
     if not cfg.exp_poly and not cfg.row_tree:
         return 2 if cfg.mask_limit else True
     bits = (2 if cfg.mask_limit else 1) | 16 * (cfg.row_tree >= 1) | 32 * (cfg.row_tree >= 2)
