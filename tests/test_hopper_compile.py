@@ -32,6 +32,7 @@ CASES = [
     (128, True, {}),
     (256, True, {}),
     (96, True, {}),  # padded to 128
+    (128, False, {"variant": "no_pp"}),  # the hdim 128 non-causal row until session 37
     # the v3 rows (the table before device run 5; verified in runs 2-4)
     (64, False, {"variant": "v3"}),
     (128, False, {"variant": "v3"}),
@@ -191,7 +192,8 @@ VERIFIED_SASS = {
     (256, False, (("variant", "persistent_tma_fma"),)): "daa4959601bb7f44c052589761ea2332d390a1bf",
     # rows adopted after device run 11; GPU grid passed in device run 12 (RESULTS.md)
     (64, False, (("variant", "d64_3wg_n128_ptma"),)): "920a56d5be8bf9093bc69a107a4c4d4802f2cbcf",
-    (128, False, ()): "0dfdbec3b077a31390f1a6bdefbd6f3ee631166f",
+    # (the hdim 128 non-causal row until session 37, now variant no_pp)
+    (128, False, (("variant", "no_pp"),)): "0dfdbec3b077a31390f1a6bdefbd6f3ee631166f",
     # the table after device run 13 (split loops at hdim 64 / 256, TMA store at 256 causal;
     # batch * heads as a kernel argument of the dynamic scheduler, which changed every causal
     # row's code): GPU grid in device run 14 (RESULTS.md)
@@ -245,6 +247,10 @@ VERIFIED_SASS = {
     # 20 addresses as the previous row, variant no_qrel, on the same shape), device runs 82-83
     # on an H100 (RESULTS.md)
     (128, True, ()): "6ad8715681083725ee4d066fca1636fcffb1caed",
+    # session 37: pingpong (FA3's placement, named barriers; variant pp2, device runs 129 and
+    # 132) in the hdim 128 non-causal row; GPU grid 782 passed, memcheck 0, synccheck 0 in
+    # device run 134 on an H100 (RESULTS.md; racecheck not run on it)
+    (128, False, ()): "de6f0d5f72ceacef900b890faca140fd5fcab05a",
     # (the causal rows of device runs 7-12 used the dynamic scheduler, whose code changed with
     # the batch * heads argument after run 13: their digests are no longer pinned)
 }
@@ -961,11 +967,15 @@ def test_variants_table_is_valid():
 
 
 def test_ablation_variants_are_the_rows_with_one_switch_changed():
-    """The ablation on today's hdim 128 rows (session 34): each variant is the shipped row with
-    only the switch it names changed, and the kernel implements every one of them."""
+    """The ablation on today's hdim 128 rows (session 34): each variant is the row of run 129 with
+    only the switch it names changed, and the kernel implements every one of them. (The
+    non-causal row has had pingpong since session 37; run 129's is variant no_pp.)"""
     from dataclasses import replace
+    nc = H.get_config(128, False)
+    assert nc.pingpong and nc.pingpong_mode == 2
+    assert H.variant_config("no_pp", 128, False) == replace(nc, pingpong=False, pingpong_mode=0)
     for causal in (False, True):
-        row = H.get_config(128, causal)
+        row = H.get_config(128, causal) if causal else H.variant_config("no_pp", 128, False)
         assert row.warp_specialize and row.overlap and not row.pingpong
         want = {"ship_no_ov": replace(row, overlap=False),
                 "ship_no_ov_pp": replace(row, overlap=False, pingpong=True, pingpong_mode=2,

@@ -391,7 +391,12 @@ CONFIGS = {
     # persistent + TMA-store epilogue + FFMA softmax: s=2048 615 vs 538 (+14%), s=8192 707 vs
     # 631 (+12%) (run 5). Then O in its own shared-memory tile (o_buffer, variant
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
-    (128, False): _base(128, persistent=True, tma_store=True, softmax_fma=True, o_buffer=True),
+    # Pingpong between the two consumer warpgroups, FA3's placement with named barriers (variant
+    # pp2), device run 132 (H100, rotated rounds against the previous row): s=1k/2k/4k/8k/16k
+    # +0.2/+2.4/-0.8/+0.4/0.0%; run 129 (b4 s8448 h16): +2.2%; run 134: see RESULTS.md. The
+    # previous row is variant no_pp.
+    (128, False): _base(128, persistent=True, tma_store=True, softmax_fma=True, o_buffer=True,
+                        pingpong=True, pingpong_mode=2),
     # dynamic longest-first persistent scheduler (FA3's, over L2 sections) + TMA store + FFMA
     # (variant pdyn_tma_fma), device run 7: causal s=1k/2k/4k/8k 384/481/551/603 vs the previous
     # row (v3+FFMA) 329/443/530/575 (+17/+9/+4/+5%); one L2 section instead: 335/412/496/591.
@@ -568,6 +573,8 @@ VARIANTS = {
     # rescale is 64 of the ~471 instructions per key block (sass_loops), and the 1k / 2k cells
     # run at the power cap, where instructions cost energy and energy sets the time
     "lazy": ({"lazy_rescale": True}, (128, 256)),
+    # session 37: the hdim 128 non-causal row before pingpong (pp2) went into it
+    "no_pp": ({"pingpong": False, "pingpong_mode": 0}, (128,)),
     "pp1": ({"pingpong": True, "pingpong_mode": 1, "o_half": False, "q_release_early": False},
             (128, 256)),
     # session 10: per-warpgroup causal bounds on the shipped hdim 256 causal row (64-key blocks:
@@ -628,7 +635,8 @@ VARIANTS = {
     # through an opaque move per tile there (_consumer) and it compiles without spills (not yet
     # timed in that form)
     "qrel": ({"q_release_early": True, "o_buffer": True, "q_prefetch": False,
-              "q_per_warpgroup": False, "num_stages": 2, "non_causal": {"skip_empty_wg": False}},
+              "q_per_warpgroup": False, "num_stages": 2,
+              "non_causal": {"skip_empty_wg": False, "pingpong": False, "pingpong_mode": 0}},
              (64, 128)),
     # hdim 64 causal's row before q_release_early was adopted (device run 66); hdim 128 causal's
     # (session 17, after device run 79)
@@ -660,7 +668,7 @@ VARIANTS = {
     # warpgroup bar.sync per block, two of them from Gluon's mbarrier.arrive (its lowering
     # syncs the partition before one thread arrives); FA3 releases per warp with no barrier
     # (also on the non-causal rows: the static persistent producer)
-    "nbr": ({"kv_release_nb": True}, (128, 256)),
+    "nbr": ({"kv_release_nb": True, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
     "nbr_rev": ({"kv_release_nb": True, "kv_reverse": True, "split_loops": False,
                  "q_release_early": False}, (128, 256)),
     # session 12: both consumer warpgroups in one 8-warp partition, so that they run one copy of
@@ -670,11 +678,12 @@ VARIANTS = {
     # Split loops (run 13) halved each copy and changed neither the stalls nor the cycles; this
     # tests the other half of that reading. Cost: Gluon's mbarrier.arrive syncs the partition,
     # so the two warpgroups meet at every K / V release
-    "joint": ({"num_consumers": 1, "o_half": False, "q_release_early": False}, (128, 256)),
+    "joint": ({"num_consumers": 1, "o_half": False, "q_release_early": False,
+               "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
     # and with the K / V stages released through named barriers (no partition-wide bar.sync per
     # release, so the warpgroups are not held together there)
     "joint_nbr": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True,
-                   "q_release_early": False}, (128, 256)),
+                   "q_release_early": False, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
     # session 12: the masked blocks' test in FA3's form (mask_limit). Stamps of the hdim 128
     # causal row (runs 56-57): the loop's cycles per block fit 2430 + (tile-end cost) / blocks,
     # with ~3200 cycles per tile at causal against ~1600 at non-causal: about 1600 per masked
@@ -690,8 +699,8 @@ VARIANTS = {
     # (joint_aw) the loop has no partition-wide barrier left; aw: the same on the rows' two
     # partitions (one 128-thread barrier less per key block)
     "joint_aw": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True, "asm_waits": True,
-                  "q_release_early": False}, (128, 256)),
-    "aw": ({"kv_release_nb": True, "asm_waits": True}, (128, 256)),
+                  "q_release_early": False, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
+    "aw": ({"kv_release_nb": True, "asm_waits": True, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
     "no_mlim": ({"mask_limit": False, "q_release_early": False, "bottom_tiles": False,
                  "l2_section_mb": 32},
                 (64, 128, 256)),
@@ -707,12 +716,12 @@ VARIANTS = {
     "rtmep8": ({"row_tree": 1, "exp_poly": 8}, (64, 128)),
     # session 26: the tile boundary pipelined (cross_tile, _consumer_xt) on hdim 128's causal
     # row; non-causal on the same dynamic form (the row there is the static scheduler's)
-    "xt": ({"cross_tile": 1, "non_causal": {"scheduler": 1, "q_release_early": True}},
+    "xt": ({"cross_tile": 1, "non_causal": {"scheduler": 1, "q_release_early": True, "pingpong": False, "pingpong_mode": 0}},
            (128,)),
-    "xt_dyn": ({"non_causal": {"scheduler": 1, "q_release_early": True}}, (128,)),
+    "xt_dyn": ({"non_causal": {"scheduler": 1, "q_release_early": True, "pingpong": False, "pingpong_mode": 0}}, (128,)),
     # the same with two Q buffers (cross_tile 2): the next tile's Q loaded a tile ahead, where
     # run 104's stamps put the wait for it (xt moved it before the O store, it did not remove it)
-    "xt2": ({"cross_tile": 2, "non_causal": {"scheduler": 1, "q_release_early": True}},
+    "xt2": ({"cross_tile": 2, "non_causal": {"scheduler": 1, "q_release_early": True, "pingpong": False, "pingpong_mode": 0}},
             (128,)),
     # session 27: the next tile's id fetched at the start of a tile (early_fetch), on the causal
     # rows (the dynamic scheduler's). Run 106's stamps at hdim 128 causal 1k: the next tile's Q
@@ -765,7 +774,7 @@ VARIANTS = {
     # session 27: warpgroup 0's diagonal block on its first 64 keys (diag_half), on the hdim 128
     # causal row, and on hdim 64's two-warpgroup form (d64w2c). Prediction: cycles -2..-4% at
     # causal 1k, -1..-2% at 2k
-    "dh": ({"diag_half": True}, (128,)),
+    "dh": ({"diag_half": True, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128,)),
     "d64w2cdh": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                   "o_buffer": True, "mask_limit": True, "q_release_early": True,
                   "diag_half": True}, (64,)),
@@ -796,19 +805,25 @@ VARIANTS = {
     # row). With "default" (the row: WS + overlap, no pingpong), pp2 / pp1 (+ pingpong) and
     # no_ws (one 8-warp program, no producer or setmaxnreg: the same kernel whatever the row):
     # the row without the intra-warpgroup overlap, with and without pingpong (FA3's placement,
-    # named barriers).
-    "ship_no_ov": ({"overlap": False}, (128,)),
+    # named barriers). Since session 37 the non-causal row has pingpong (pp2): these keep run
+    # 129's meaning there, switches of the row before it (no_pp).
+    "ship_no_ov": ({"overlap": False, "non_causal": {"pingpong": False, "pingpong_mode": 0}},
+                   (128,)),
     "ship_no_ov_pp": ({"overlap": False, "pingpong": True, "pingpong_mode": 2,
                        "q_release_early": False}, (128,)),
 }
 # variants whose switches go on top of the shipped row for (head_dim, causal) instead of BASE
+# (those measured on the hdim 128 non-causal row before pingpong joined it, session 37, and
+# that do not go with pingpong turn it off there: qrel, nbr, joint, joint_nbr, joint_aw, aw, dh,
+# xt, xt_dyn, xt2)
 ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", "l2_8", "l2_32",
             "qpf", "no_qpf", "pp2", "pp1", "wgb", "o_half", "o_buf3",
             "no_o_half", "no_o_buf3", "rev", "s3_128", "s3_64", "nbr", "qrel", "no_qrel", "qw",
             "qw3", "no_qw", "qw4",
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
-            "dh", "ohwgb", "bt", "no_bt", "rs", "ship_no_ov", "ship_no_ov_pp", "lazy"}
+            "dh", "ohwgb", "bt", "no_bt", "rs", "ship_no_ov", "ship_no_ov_pp", "lazy",
+            "no_pp"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
