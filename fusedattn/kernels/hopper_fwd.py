@@ -393,8 +393,9 @@ CONFIGS = {
     # persistent_tmao_fma), device run 11: s=1k/2k/8k 598/618/641 vs 560/598/638 (+6.8/+3.3/+0.3%).
     # Pingpong between the two consumer warpgroups, FA3's placement with named barriers (variant
     # pp2), device run 132 (H100, rotated rounds against the previous row): s=1k/2k/4k/8k/16k
-    # +0.2/+2.4/-0.8/+0.4/0.0%; run 129 (b4 s8448 h16): +2.2%; run 134: see RESULTS.md. The
-    # previous row is variant no_pp.
+    # +0.2/+2.4/-0.8/+0.4/0.0%; run 129 (b4 s8448 h16): +2.2%; run 134 (H100, 7 rounds against
+    # the previous row): 1k -0.3%, 2k +1.3%. Bench run 135: 2k 1.05x cuDNN (run 130: 0.984x).
+    # The previous row is variant no_pp.
     (128, False): _base(128, persistent=True, tma_store=True, softmax_fma=True, o_buffer=True,
                         pingpong=True, pingpong_mode=2),
     # dynamic longest-first persistent scheduler (FA3's, over L2 sections) + TMA store + FFMA
