@@ -465,6 +465,45 @@ def test_git_commit_of_a_checkout_and_of_an_archive_inside_another_checkout(tmp_
     assert C._git_commit(snap) is None
 
 
+def test_source_digest_names_the_commit_whose_sources_ran(tmp_path):
+    """The bench records a digest of fusedattn/'s .py files (fusedattn_source); for two commits
+    that differ in one file, the digest of each checked-out tree differs, and
+    scripts/source_commit.py maps each digest to its own commit only (a file outside fusedattn/
+    and a non-.py file do not count)."""
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,
+                              text=True, env=env).stdout.strip()
+    (tmp_path / "fusedattn" / "sub").mkdir(parents=True)
+    (tmp_path / "fusedattn" / "a.py").write_text("x = 1\n")
+    (tmp_path / "fusedattn" / "sub" / "b.py").write_text("y = 2\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    first, d1 = git("rev-parse", "--short", "HEAD"), C.source_digest(tmp_path)
+    (tmp_path / "fusedattn" / "notes.txt").write_text("not code\n")
+    (tmp_path / "README").write_text("outside\n")
+    assert C.source_digest(tmp_path) == d1
+    (tmp_path / "fusedattn" / "sub" / "b.py").write_text("y = 3\n")
+    git("add", "-A")
+    git("commit", "-qm", "two")
+    second, d2 = git("rev-parse", "--short", "HEAD"), C.source_digest(tmp_path)
+    assert d1 != d2
+
+    def lookup(digest):
+        return subprocess.run([sys.executable, str(root / "scripts" / "source_commit.py"), digest],
+                              capture_output=True, text=True,
+                              env={**env, "SOURCE_COMMIT_ROOT": str(tmp_path)})
+    r1, r2, r0 = lookup(d1), lookup(d2), lookup("0" * 12)
+    assert r1.returncode == 0 and r1.stdout.split()[0] == first and second not in r1.stdout
+    assert r2.returncode == 0 and r2.stdout.split()[0] == second and first not in r2.stdout
+    assert r0.returncode == 1 and "no commit" in r0.stdout
+
+
 def test_time_in_rounds_rotates_the_order_and_takes_medians():
     """The order-fair timing: after a shared warm-up (if any), each round times every implementation once,
     the order rotated by one per round; each figure is the median over its rounds; one that raises

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import hashlib
 import json
 import math
 import os
@@ -381,6 +382,25 @@ def _git_commit(root: Path | None = None) -> str | None:
     return None if not rev or rev.startswith("$Format") else f"{rev} (git archive)"
 
 
+def source_digest_of(files) -> str:
+    """12 hex digits of sha1 over (path, bytes) pairs of the package's .py files, sorted by path
+    (paths relative to the project root, as git names them)."""
+    h = hashlib.sha1()
+    for rel, data in sorted(files):
+        h.update(rel.encode() + b"\0" + data + b"\0")
+    return h.hexdigest()[:12]
+
+
+def source_digest(root: Path | None = None) -> str:
+    """The digest of the fusedattn/ .py files a run imported (source_digest_of). Unlike the
+    commit, it holds where git's view is stale or the tree is dirty (the device's copies of a
+    working tree): `python scripts/source_commit.py DIGEST` finds the commit whose files match."""
+    here = root or Path(__file__).resolve().parents[2]
+    return source_digest_of((p.relative_to(here).as_posix(), p.read_bytes())
+                            for p in (here / "fusedattn").rglob("*.py")
+                            if "__pycache__" not in p.parts)
+
+
 def _package_version(name: str) -> str | None:
     try:
         from importlib import metadata
@@ -401,6 +421,7 @@ def environment(device) -> dict:
         "triton": None,
         "fusedattn": None,
         "fusedattn_commit": _git_commit(),
+        "fusedattn_source": source_digest(),
         "fa3_fwd": _package_version("fa3-fwd"),
         "device": str(device),
     }

@@ -312,7 +312,8 @@ def header_lines(env: dict) -> list[str]:
         parts.append(f"driver {env['driver']}")
     soft = [f"torch {env.get('torch')}", f"CUDA {env.get('cuda')}", f"cuDNN {env.get('cudnn')}",
             f"Triton {env.get('triton')}", f"fusedattn {env.get('fusedattn')}"
-            + (f" ({env['fusedattn_commit']})" if env.get("fusedattn_commit") else "")]
+            + (f" ({env['fusedattn_commit']})" if env.get("fusedattn_commit") else "")
+            + (f" (source {env['fusedattn_source']})" if env.get("fusedattn_source") else "")]
     if env.get("fa3_fwd"):
         soft.append(f"fa3-fwd {env['fa3_fwd']}")
     return [", ".join(parts), ", ".join(soft)]
