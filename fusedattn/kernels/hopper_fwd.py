@@ -1284,8 +1284,9 @@ def _overlap_step(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, a
     # ring holds key block n_rev - 1 - j (its columns for the mask). QREL (q_release_early): at
     # step j_end - 1 Q is released (q_rel) once its QK^T has completed, before the softmax;
     # STAMP (diag_stamps): the SM clock then in slot 8 + WG of the tile's stamps. FMA bit 64
-    # (lazy_rescale): the softmax is _softmax_update_lazy's, O is scaled only where the previous
-    # block moved m (resc > 0), and the step returns resc as a sixth value
+    # (lazy_rescale): the softmax is _softmax_update_lazy's and O is scaled only where the
+    # previous block moved some row's m (resc > 0). The step returns resc as a sixth value (as
+    # passed, without lazy_rescale)
     LAZY: gl.constexpr = (FMA >> 6) & 1
     s = (kv_base + j) % NUM_STAGES
     sp = (kv_base + j - 1) % NUM_STAGES
