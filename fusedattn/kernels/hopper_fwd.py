@@ -1004,15 +1004,13 @@ def _softmax_update(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
 
 
 @gluon.jit
-def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
-                        MASK: gl.constexpr, CAUSAL: gl.constexpr,
-                        BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIM: gl.constexpr = False,
-                        EP: gl.constexpr = 0, TREE: gl.constexpr = 0):
-    # m_i, m_new: row max of the raw (unscaled) scores. LIM (FwdConfig.mask_limit, kernel
-    # SOFTMAX_FMA == 2): the mask as FA3 forms it, one limit per row (keys of this block before
-    # it are visible) and one compare per score against the column's offset within the block,
-    # which is the same in every block (the two-sided test below needs the absolute column, a
-    # second compare and an AND per score)
+def _mask_block(s_acc, rows, j, seqlen_k, causal_off, MASK: gl.constexpr, CAUSAL: gl.constexpr,
+                BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIM: gl.constexpr):
+    # key block j's scores with the keys past seqlen_k (and, CAUSAL, right of each row's diagonal)
+    # at -inf, where MASK. LIM (FwdConfig.mask_limit, kernel SOFTMAX_FMA == 2): the mask as FA3
+    # forms it, one limit per row (keys of this block before it are visible) and one compare per
+    # score against the column's offset within the block, which is the same in every block (the
+    # two-sided test needs the absolute column, a second compare and an AND per score)
     qk = s_acc
     if LIM:
         if MASK:
@@ -1030,6 +1028,16 @@ def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale
         if CAUSAL:
             valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
         qk = gl.where(valid, qk, float("-inf"))
+    return qk
+
+
+@gluon.jit
+def _softmax_update_fma(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scale,
+                        MASK: gl.constexpr, CAUSAL: gl.constexpr,
+                        BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIM: gl.constexpr = False,
+                        EP: gl.constexpr = 0, TREE: gl.constexpr = 0):
+    # m_i, m_new: row max of the raw (unscaled) scores. LIM: mask_limit's mask (_mask_block)
+    qk = _mask_block(s_acc, rows, j, seqlen_k, causal_off, MASK, CAUSAL, BLOCK_N, s_layout, LIM)
     if TREE & 1:   # row_tree (session 25): the rows' max (and, TREE & 2, sum) as trees
         m_new = gl.maximum(m_i, gl.convert_layout(_row_tree(qk, True), m_i.type.layout,
                                                   assert_trivial=True))
@@ -1211,23 +1219,7 @@ def _softmax_update_lazy(s_acc, m_i, l_i, rows, j, seqlen_k, causal_off, qk_scal
     with the lazy max, row by row. Returns p, alpha, m, l and grow (per row: m moved, alpha is
     not 1). The caller reduces grow to the warpgroup's scalar where its latency hides (run 131:
     reduced here, before the exponentials, it cost 4-9%)."""
-    qk = s_acc
-    if LIM:
-        if MASK:
-            lim = seqlen_k - j * BLOCK_N
-            cl = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            if CAUSAL:
-                lim_r = gl.minimum(rows + (causal_off + 1 - j * BLOCK_N), lim)
-                valid = gl.expand_dims(cl, 0) < gl.expand_dims(lim_r, 1)
-            else:
-                valid = gl.expand_dims(cl < lim, 0)
-            qk = gl.where(valid, qk, float("-inf"))
-    elif MASK:
-        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        valid = gl.expand_dims(cols < seqlen_k, 0)
-        if CAUSAL:
-            valid = valid & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + causal_off, 1))
-        qk = gl.where(valid, qk, float("-inf"))
+    qk = _mask_block(s_acc, rows, j, seqlen_k, causal_off, MASK, CAUSAL, BLOCK_N, s_layout, LIM)
     m_blk = gl.maximum(m_i, gl.max(qk, axis=1))
     # a row's first visible key: -inf to finite grows by +inf; a row with none so far: -inf -
     # -inf is NaN, which compares false
