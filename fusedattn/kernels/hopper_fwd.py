@@ -445,6 +445,10 @@ CONFIGS = {
 # variant is meant for (None: all). Paper ablation (FA3 tab. 2: batch 4, seqlen 8448, 16 heads,
 # hdim 128, non-causal): full design = WS + overlap + pingpong; without WS; without overlap;
 # without pingpong (= the shipped default).
+# Pingpong off: the hdim 128 non-causal row before session 37 (variant no_pp). Variants measured
+# on that row which do not go with pingpong take it as their "non_causal" overrides.
+_NO_PP = {"pingpong": False, "pingpong_mode": 0}
+
 VARIANTS = {
     "default": ({}, None),                          # the shipped table row (variant_config)
     "v3": ({}, None),                               # BASE: WS + overlap, no pingpong (runs 2-4)
@@ -575,7 +579,7 @@ VARIANTS = {
     # run at the power cap, where instructions cost energy and energy sets the time
     "lazy": ({"lazy_rescale": True}, (128, 256)),
     # session 37: the hdim 128 non-causal row before pingpong (pp2) went into it
-    "no_pp": ({"pingpong": False, "pingpong_mode": 0}, (128,)),
+    "no_pp": (_NO_PP, (128,)),
     "pp1": ({"pingpong": True, "pingpong_mode": 1, "o_half": False, "q_release_early": False},
             (128, 256)),
     # session 10: per-warpgroup causal bounds on the shipped hdim 256 causal row (64-key blocks:
@@ -637,7 +641,7 @@ VARIANTS = {
     # timed in that form)
     "qrel": ({"q_release_early": True, "o_buffer": True, "q_prefetch": False,
               "q_per_warpgroup": False, "num_stages": 2,
-              "non_causal": {"skip_empty_wg": False, "pingpong": False, "pingpong_mode": 0}},
+              "non_causal": {"skip_empty_wg": False, **_NO_PP}},
              (64, 128)),
     # hdim 64 causal's row before q_release_early was adopted (device run 66); hdim 128 causal's
     # (session 17, after device run 79)
@@ -669,7 +673,7 @@ VARIANTS = {
     # warpgroup bar.sync per block, two of them from Gluon's mbarrier.arrive (its lowering
     # syncs the partition before one thread arrives); FA3 releases per warp with no barrier
     # (also on the non-causal rows: the static persistent producer)
-    "nbr": ({"kv_release_nb": True, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
+    "nbr": ({"kv_release_nb": True, "non_causal": _NO_PP}, (128, 256)),
     "nbr_rev": ({"kv_release_nb": True, "kv_reverse": True, "split_loops": False,
                  "q_release_early": False}, (128, 256)),
     # session 12: both consumer warpgroups in one 8-warp partition, so that they run one copy of
@@ -680,11 +684,11 @@ VARIANTS = {
     # tests the other half of that reading. Cost: Gluon's mbarrier.arrive syncs the partition,
     # so the two warpgroups meet at every K / V release
     "joint": ({"num_consumers": 1, "o_half": False, "q_release_early": False,
-               "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
+               "non_causal": _NO_PP}, (128, 256)),
     # and with the K / V stages released through named barriers (no partition-wide bar.sync per
     # release, so the warpgroups are not held together there)
     "joint_nbr": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True,
-                   "q_release_early": False, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
+                   "q_release_early": False, "non_causal": _NO_PP}, (128, 256)),
     # session 12: the masked blocks' test in FA3's form (mask_limit). Stamps of the hdim 128
     # causal row (runs 56-57): the loop's cycles per block fit 2430 + (tile-end cost) / blocks,
     # with ~3200 cycles per tile at causal against ~1600 at non-causal: about 1600 per masked
@@ -700,8 +704,8 @@ VARIANTS = {
     # (joint_aw) the loop has no partition-wide barrier left; aw: the same on the rows' two
     # partitions (one 128-thread barrier less per key block)
     "joint_aw": ({"num_consumers": 1, "o_half": False, "kv_release_nb": True, "asm_waits": True,
-                  "q_release_early": False, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
-    "aw": ({"kv_release_nb": True, "asm_waits": True, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128, 256)),
+                  "q_release_early": False, "non_causal": _NO_PP}, (128, 256)),
+    "aw": ({"kv_release_nb": True, "asm_waits": True, "non_causal": _NO_PP}, (128, 256)),
     "no_mlim": ({"mask_limit": False, "q_release_early": False, "bottom_tiles": False,
                  "l2_section_mb": 32},
                 (64, 128, 256)),
@@ -717,12 +721,12 @@ VARIANTS = {
     "rtmep8": ({"row_tree": 1, "exp_poly": 8}, (64, 128)),
     # session 26: the tile boundary pipelined (cross_tile, _consumer_xt) on hdim 128's causal
     # row; non-causal on the same dynamic form (the row there is the static scheduler's)
-    "xt": ({"cross_tile": 1, "non_causal": {"scheduler": 1, "q_release_early": True, "pingpong": False, "pingpong_mode": 0}},
+    "xt": ({"cross_tile": 1, "non_causal": {"scheduler": 1, "q_release_early": True, **_NO_PP}},
            (128,)),
-    "xt_dyn": ({"non_causal": {"scheduler": 1, "q_release_early": True, "pingpong": False, "pingpong_mode": 0}}, (128,)),
+    "xt_dyn": ({"non_causal": {"scheduler": 1, "q_release_early": True, **_NO_PP}}, (128,)),
     # the same with two Q buffers (cross_tile 2): the next tile's Q loaded a tile ahead, where
     # run 104's stamps put the wait for it (xt moved it before the O store, it did not remove it)
-    "xt2": ({"cross_tile": 2, "non_causal": {"scheduler": 1, "q_release_early": True, "pingpong": False, "pingpong_mode": 0}},
+    "xt2": ({"cross_tile": 2, "non_causal": {"scheduler": 1, "q_release_early": True, **_NO_PP}},
             (128,)),
     # session 27: the next tile's id fetched at the start of a tile (early_fetch), on the causal
     # rows (the dynamic scheduler's). Run 106's stamps at hdim 128 causal 1k: the next tile's Q
@@ -775,7 +779,7 @@ VARIANTS = {
     # session 27: warpgroup 0's diagonal block on its first 64 keys (diag_half), on the hdim 128
     # causal row, and on hdim 64's two-warpgroup form (d64w2c). Prediction: cycles -2..-4% at
     # causal 1k, -1..-2% at 2k
-    "dh": ({"diag_half": True, "non_causal": {"pingpong": False, "pingpong_mode": 0}}, (128,)),
+    "dh": ({"diag_half": True, "non_causal": _NO_PP}, (128,)),
     "d64w2cdh": ({"persistent": True, "scheduler": 1, "tma_store": True, "softmax_fma": True,
                   "o_buffer": True, "mask_limit": True, "q_release_early": True,
                   "diag_half": True}, (64,)),
@@ -808,7 +812,7 @@ VARIANTS = {
     # the row without the intra-warpgroup overlap, with and without pingpong (FA3's placement,
     # named barriers). Since session 37 the non-causal row has pingpong (pp2): these keep run
     # 129's meaning there, switches of the row before it (no_pp).
-    "ship_no_ov": ({"overlap": False, "non_causal": {"pingpong": False, "pingpong_mode": 0}},
+    "ship_no_ov": ({"overlap": False, "non_causal": _NO_PP},
                    (128,)),
     "ship_no_ov_pp": ({"overlap": False, "pingpong": True, "pingpong_mode": 2,
                        "q_release_early": False}, (128,)),
@@ -3873,9 +3877,7 @@ def _softmax_fma_value(cfg: FwdConfig):
     if cfg.row_tree not in (0, 1, 2):
         raise ValueError(f"row_tree must be 0, 1 (the row max as a tree) or 2 (max and sum), "
                          f"got {cfg.row_tree!r}")
-    if cfg.lazy_rescale:
-        if cfg.exp_poly or cfg.row_tree:
-            raise ValueError("lazy_rescale has its own softmax: not with exp_poly or row_tree")
+    if cfg.lazy_rescale:   # (its own softmax: _check_switch_support refuses exp_poly / row_tree)
         return (2 if cfg.mask_limit else 1) | 64
     if not cfg.exp_poly and not cfg.row_tree:
         return 2 if cfg.mask_limit else True
