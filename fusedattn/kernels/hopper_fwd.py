@@ -578,6 +578,11 @@ VARIANTS = {
     # rescale is 64 of the ~471 instructions per key block (sass_loops), and the 1k / 2k cells
     # run at the power cap, where instructions cost energy and energy sets the time
     "lazy": ({"lazy_rescale": True}, (128, 256)),
+    # session 38: hdim 256 causal with both: o_half (run 112: +2.3 / +0.1 / +5.0% at 1k / 2k / 4k)
+    # and lazy (run 133: +4.3 / +3.6 / +1.5%) each gained at short causal seqlens on their own.
+    # Spills 12 B (Q's wgmma descriptors, reloaded before each QK^T), as lazy does at hdim 256
+    # causal (60 B non-causal): no compile case until it earns one
+    "ohlazy": ({"o_half": True, "lazy_rescale": True}, (256,)),
     # session 37: the hdim 128 non-causal row before pingpong (pp2) went into it
     "no_pp": (_NO_PP, (128,)),
     "pp1": ({"pingpong": True, "pingpong_mode": 1, "o_half": False, "q_release_early": False},
@@ -828,7 +833,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
             "dh", "ohwgb", "bt", "no_bt", "rs", "ship_no_ov", "ship_no_ov_pp", "lazy",
-            "no_pp"}
+            "no_pp", "ohlazy"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
