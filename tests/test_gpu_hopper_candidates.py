@@ -268,3 +268,18 @@ def test_lazy_rescale_matches_the_oracle(shape, causal, variant, head_dim):
             if fin.any():
                 err = (lse.double()[fin] - rl[fin]).abs().max().item()
                 assert err <= 2 * row_err + 1e-6 * max(1.0, size), (err, row_err, size)
+
+
+@needs_sm90
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("head_dim,causal", [(64, False), (64, True), (128, False), (128, True)])
+def test_q_regs_bitwise_equal_to_its_row(shape, head_dim, causal):
+    """q_regs (session 38, variant qreg): each warpgroup's Q rows loaded into registers once per
+    tile, the A operand of every QK^T from there instead of from shared memory. The same
+    products in the same order: out and lse equal the row's bit for bit, three launches each;
+    and within the grid's rule of the float64 oracle."""
+    q, k, v = _inputs(shape, head_dim, 3 + shape[1] + head_dim)
+    row = H.get_config(head_dim, causal)
+    qr = H.variant_config("qreg", head_dim, causal)
+    assert qr.q_regs and not row.q_regs
+    _check_bitwise(row, qr, q, k, v, causal)

@@ -289,6 +289,11 @@ class FwdConfig:
                                     # row of the warpgroup moved (_softmax_update_lazy). The
                                     # overlapped loops of _consumer only (two consumers). Run
                                     # 131 (first form, one max per warpgroup): -4..-9%
+    # --- session 38 candidate, off (with softmax_fma; kernel SOFTMAX_FMA bit 7) ---
+    q_regs: bool = False            # each consumer warpgroup loads its Q rows from shared
+                                    # memory into registers once per tile, and its QK^T takes
+                                    # A from registers (as P V takes P): Q is not re-read from
+                                    # shared memory for every key block
 
     @property
     def num_warps(self) -> int:
@@ -583,6 +588,8 @@ VARIANTS = {
     # Spills 12 B (Q's wgmma descriptors, reloaded before each QK^T), as lazy does at hdim 256
     # causal (60 B non-causal): no compile case until it earns one
     "ohlazy": ({"o_half": True, "lazy_rescale": True}, (256,)),
+    # session 38: Q in registers (q_regs) on the shipped rows
+    "qreg": ({"q_regs": True}, (64, 128)),
     # session 37: the hdim 128 non-causal row before pingpong (pp2) went into it
     "no_pp": (_NO_PP, (128,)),
     "pp1": ({"pingpong": True, "pingpong_mode": 1, "o_half": False, "q_release_early": False},
@@ -833,7 +840,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
             "dh", "ohwgb", "bt", "no_bt", "rs", "ship_no_ov", "ship_no_ov_pp", "lazy",
-            "no_pp", "ohlazy"}
+            "no_pp", "ohlazy", "qreg"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
@@ -1564,6 +1571,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn_ba
             n_unmasked = gl.minimum(n_unmasked, n_blocks)
 
     mbarrier.wait(q_bar, q_phase)
+    if (FMA >> 7) & 1:  # q_regs: Q in registers for the tile, A of every QK^T
+        q = q.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
     if DIAG & 16:
         if WG == 0:
             _stamp(lse_ptr, stamp_base, 1, _CLOCK)
@@ -3744,6 +3753,11 @@ def _check_switch_support(cfg: FwdConfig) -> None:
                          "the overlap and softmax_fma, in _consumer's loops only (no "
                          "kv_reverse, diag_half, cross_tile, q_per_warpgroup, ragged_split, "
                          "exp_poly or row_tree)")
+    if cfg.q_regs and not (cfg.warp_specialize and cfg.softmax_fma and cfg.num_consumers in (2, 3)
+                           and not (cfg.cross_tile or cfg.ragged_split)):
+        raise ValueError("q_regs: the warp-specialised rows with two or three consumer "
+                         "warpgroups and softmax_fma, in _consumer only (no cross_tile or "
+                         "ragged_split)")
     if cfg.cross_tile not in (0, 1, 2):
         raise ValueError(f"cross_tile must be 0, 1 or 2, got {cfg.cross_tile!r}")
     if cfg.cross_tile and not (cfg.warp_specialize and cfg.persistent and cfg.scheduler == 1
@@ -3882,8 +3896,12 @@ def _softmax_fma_value(cfg: FwdConfig):
     if cfg.row_tree not in (0, 1, 2):
         raise ValueError(f"row_tree must be 0, 1 (the row max as a tree) or 2 (max and sum), "
                          f"got {cfg.row_tree!r}")
+    qr = 128 if cfg.q_regs else 0
     if cfg.lazy_rescale:   # (its own softmax: _check_switch_support refuses exp_poly / row_tree)
-        return (2 if cfg.mask_limit else 1) | 64
+        return (2 if cfg.mask_limit else 1) | 64 | qr
+    if qr:
+        return ((2 if cfg.mask_limit else 1) | 16 * (cfg.row_tree >= 1) | 32 * (cfg.row_tree >= 2)
+                | ((cfg.exp_poly.bit_length() - 1) << 2 if cfg.exp_poly else 0) | qr)
     if not cfg.exp_poly and not cfg.row_tree:
         return 2 if cfg.mask_limit else True
     bits = (2 if cfg.mask_limit else 1) | 16 * (cfg.row_tree >= 1) | 32 * (cfg.row_tree >= 2)
