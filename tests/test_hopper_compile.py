@@ -174,6 +174,11 @@ CASES = [
     # by key block and merged (ragged_split), and with the stamps
     (64, False, {"variant": "rs"}),
     (64, False, {"variant": "rs", "diag_stamps": True}),
+    # session 38 candidate: Q in registers (q_regs, variant qreg; device run 137). The hdim 128
+    # causal row spills 24 B with it, so no case there
+    (64, False, {"variant": "qreg"}),
+    (64, True, {"variant": "qreg"}),
+    (128, False, {"variant": "qreg"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on
@@ -293,6 +298,8 @@ for d, c, ov in json.loads(sys.argv[1]):
     r["sass_ffma"] = sass.count(" FFMA")
     r["sass_fadd"] = sass.count(" FADD")
     r["sass_hgmma_shapes"] = re.findall(r"HGMMA\\.(\\d+x\\d+)x16", sass)
+    # HGMMAs whose A operand comes from registers (RS): "HGMMA.<shape> Rd, Ra, gdesc[...]"
+    r["sass_hgmma_rs"] = len(re.findall(r"HGMMA\\.\\S+ R\\d+, R\\d+, gdesc", sass))
     r["_case"] = first + len(out)
     out.append(r)
 print("REPORTS=" + json.dumps(out))
@@ -602,6 +609,24 @@ def test_timing_stamps_reach_the_code(report):
                      + (1 if cfg["diag_half"] and cfg["q_release_early"] else 0))
     else:
         assert n >= 5 + producer
+
+
+def test_q_regs_takes_q_from_registers(reports):
+    """q_regs (session 38, variant qreg): every QK^T takes A from registers, so every HGMMA of
+    the kernel is RS (the row's QK^Ts read Q from shared memory, its P Vs P from registers); the
+    same GEMMs and shared memory as the row; refused where _consumer does not run."""
+    by_case = _by_case(reports)
+    for d, causal in ((64, False), (64, True), (128, False)):
+        qr = by_case[(d, causal, json.dumps({"variant": "qreg"}))]
+        row = by_case[(d, causal, json.dumps({}))]
+        assert qr["sass_counts"]["HGMMA"] == row["sass_counts"]["HGMMA"]
+        assert qr["sass_hgmma_rs"] == qr["sass_counts"]["HGMMA"]
+        assert 0 < row["sass_hgmma_rs"] < row["sass_counts"]["HGMMA"]
+        assert qr["shared_bytes"] == row["shared_bytes"]
+    for bad in (dict(cross_tile=1), dict(ragged_split=True), dict(warp_specialize=False),
+                dict(softmax_fma=False)):
+        with pytest.raises(ValueError, match="q_regs"):
+            H._check_switch_support(H.get_config(128, True, q_regs=True, **bad))
 
 
 def test_new_switches_are_refused_where_they_do_not_apply():
