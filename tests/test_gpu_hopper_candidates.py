@@ -237,7 +237,8 @@ def _growing_inputs(shape, head_dim, seed, dtype=torch.bfloat16):
 @needs_sm90
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("variant,head_dim", [("lazy", 128), ("lazy", 256), ("ohlazy", 256)])
+@pytest.mark.parametrize("variant,head_dim", [("lazy", 128), ("lazy", 256), ("ohlazy", 256),
+                                              ("lazy_ns", 256)])
 def test_lazy_rescale_matches_the_oracle(shape, causal, variant, head_dim):
     """lazy_rescale (session 37, variant lazy): O's rescale skipped while no row of the
     warpgroup outgrows its reference max by 2^8. Random scores (the threshold trips at block 0
@@ -245,7 +246,7 @@ def test_lazy_rescale_matches_the_oracle(shape, causal, variant, head_dim):
     (_check_close). Growing scores (_growing_inputs: it trips at many blocks, on some rows):
     within the grid's rule, lse's error against the oracle at most twice the row's (+ 1e-6 of
     its size: these lse reach ~500), its infinities where the oracle's, nothing NaN, in bf16 and
-    fp16. ohlazy (session 38): the same with o_half."""
+    fp16. ohlazy (session 38): the same with o_half; lazy_ns without split_loops."""
     row = H.get_config(head_dim, causal)
     lz = H.variant_config(variant, head_dim, causal)
     assert lz.lazy_rescale and not row.lazy_rescale

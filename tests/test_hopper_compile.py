@@ -179,6 +179,9 @@ CASES = [
     (64, False, {"variant": "qreg"}),
     (64, True, {"variant": "qreg"}),
     (128, False, {"variant": "qreg"}),
+    # lazy_rescale on the hdim 256 non-causal row without split_loops: the form of it that does
+    # not spill (lazy on the row spills 60 B)
+    (256, False, {"variant": "lazy_ns"}),
 ]
 
 # SASS instruction digests (inspect.sass_digest) of configurations that passed the GPU test grid on

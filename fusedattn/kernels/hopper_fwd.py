@@ -588,6 +588,10 @@ VARIANTS = {
     # Spills 12 B (Q's wgmma descriptors, reloaded before each QK^T), as lazy does at hdim 256
     # causal (60 B non-causal): no compile case until it earns one
     "ohlazy": ({"o_half": True, "lazy_rescale": True}, (256,)),
+    # session 38: lazy on the hdim 256 non-causal row spills 60 B (Q's wgmma descriptors, reloaded
+    # before every QK^T) with split_loops and o_half together; without split_loops it spills
+    # nothing (runs 133 / 136 timed the spilling form)
+    "lazy_ns": ({"lazy_rescale": True, "split_loops": False}, (256,)),
     # session 38: Q in registers (q_regs) on the shipped rows
     "qreg": ({"q_regs": True}, (64, 128)),
     # session 37: the hdim 128 non-causal row before pingpong (pp2) went into it
@@ -840,7 +844,7 @@ ON_TABLE = {"split", "split_tma", "skip_empty", "keep_empty", "l2_16", "l2_64", 
             "nbr_rev", "joint", "joint_nbr", "mlim", "no_mlim", "joint_aw", "aw", "ep4", "ep8",
             "rt", "rtep8", "rtm", "rtmep8", "xt", "xt_dyn", "xt2", "ef", "efa", "efq", "ohefa",
             "dh", "ohwgb", "bt", "no_bt", "rs", "ship_no_ov", "ship_no_ov_pp", "lazy",
-            "no_pp", "ohlazy", "qreg"}
+            "no_pp", "ohlazy", "qreg", "lazy_ns"}
 
 
 def get_config(head_dim: int, causal: bool = False, **overrides) -> FwdConfig:
