@@ -3894,22 +3894,18 @@ def _qpf_diag_bits(cfg: FwdConfig) -> int:
 def _softmax_fma_value(cfg: FwdConfig):
     """The kernel's SOFTMAX_FMA with softmax_fma on: True, or 2 with mask_limit; with exp_poly
     or row_tree (session 25) bits 0-1 hold 1, or 2 with mask_limit, bits 2-3 log2(exp_poly), bit
-    4 the tree max and bit 5 the tree sum (row_tree 1 / 2). The rows without them keep their
-    earlier value (and so their compiled kernels)."""
+    4 the tree max and bit 5 the tree sum (row_tree 1 / 2), bit 6 lazy_rescale, bit 7 q_regs.
+    The rows without them keep their earlier value (and so their compiled kernels)."""
     check_exp_poly(cfg.exp_poly)
     if cfg.row_tree not in (0, 1, 2):
         raise ValueError(f"row_tree must be 0, 1 (the row max as a tree) or 2 (max and sum), "
                          f"got {cfg.row_tree!r}")
-    qr = 128 if cfg.q_regs else 0
-    if cfg.lazy_rescale:   # (its own softmax: _check_switch_support refuses exp_poly / row_tree)
-        return (2 if cfg.mask_limit else 1) | 64 | qr
-    if qr:
-        return ((2 if cfg.mask_limit else 1) | 16 * (cfg.row_tree >= 1) | 32 * (cfg.row_tree >= 2)
-                | ((cfg.exp_poly.bit_length() - 1) << 2 if cfg.exp_poly else 0) | qr)
-    if not cfg.exp_poly and not cfg.row_tree:
-        return 2 if cfg.mask_limit else True
     bits = (2 if cfg.mask_limit else 1) | 16 * (cfg.row_tree >= 1) | 32 * (cfg.row_tree >= 2)
-    return bits | (cfg.exp_poly.bit_length() - 1) << 2 if cfg.exp_poly else bits
+    if cfg.exp_poly:
+        bits |= (cfg.exp_poly.bit_length() - 1) << 2
+    # lazy_rescale (its own softmax: _check_switch_support refuses exp_poly / row_tree with it)
+    bits |= 64 * cfg.lazy_rescale | 128 * cfg.q_regs
+    return bits if bits & ~3 else (2 if cfg.mask_limit else True)
 
 
 def _v4_constexprs(cfg: FwdConfig) -> dict:
