@@ -51,6 +51,17 @@ def check_bool(name: str, value) -> None:
         raise TypeError(f"{name} must be a bool, got {type_name(value)}")
 
 
+def check_dense(name: str, t: Tensor) -> None:
+    """t must be an ordinary dense tensor: sparse and nested tensors are refused up front, by name,
+    rather than failing later inside a backend with an error that names no argument."""
+    if t.is_nested:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got a nested tensor; pad the "
+                        "sequences to one length (and mask them) or call fusedattn per sequence")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}; "
+                        "convert it with .to_dense()")
+
+
 # The kernels multiply the scale by log2(e) in float32: |scale| * log2(e) must stay finite there.
 MAX_SOFTMAX_SCALE = 2.3e38   # float32's max (3.4028e38) / log2(e) = 2.3587e38, rounded down
 
@@ -93,6 +104,7 @@ def _check_inputs(q, k, v, causal, softmax_scale, backend, naming=_ATTENTION_NAM
     for name, t in ((Q, q), (K, k), (V, v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        check_dense(name, t)
     for name, t in ((Q, q), (K, k), (V, v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must have 4 dimensions {layouts[name]}, "
@@ -152,10 +164,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
 
     Returns:
         out, (batch, seqlen_q, heads, head_dim) in q's dtype; with ``return_lse=True`` also the
-        logsumexp, float32 (batch, heads, seqlen_q), natural log. Differentiable in q, k and v (and
-        through the logsumexp); second derivatives only with backend "reference" (the kernels'
-        gradients raise RuntimeError when differentiated). seqlen_k = 0 gives zeros and a
-        logsumexp of -inf.
+        logsumexp, float32 (float64 for float64 inputs), (batch, heads, seqlen_q), natural log.
+        Differentiable in q, k and v (and through the logsumexp); second derivatives only with
+        backend "reference" (the kernels' gradients raise RuntimeError when differentiated).
+        seqlen_k = 0 gives zeros and a logsumexp of -inf.
 
     """
     _check_inputs(q, k, v, causal, softmax_scale, backend)
@@ -194,6 +206,9 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = N
     if dropout_p != 0.0:
         raise NotImplementedError(f"fusedattn.sdpa does not support dropout, got dropout_p={dropout_p}; "
                                   "pass dropout_p=0.0")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if isinstance(t, Tensor):
+            check_dense(name, t)   # before the shape reads and transposes below
     four_d = [isinstance(t, Tensor) and t.dim() == 4 for t in (query, key, value)]
     if four_d[1] and four_d[2] and value.shape[-1] != key.shape[-1]:
         raise NotImplementedError(f"fusedattn.sdpa needs value's head_dim equal to key's, got key "

@@ -322,6 +322,8 @@ def quantize_fp8(x: torch.Tensor, *, block_size: int = 128, rotate: bool = False
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    from .api import check_dense   # here, not at the top: api is the layer above this module
+    check_dense("x", x)
     if x.dim() != 4:
         raise ValueError(f"x must be 4-D (batch, seqlen, heads, head_dim), got shape {tuple(x.shape)}")
     if x.dtype not in _INPUT_DTYPES:

@@ -25,7 +25,7 @@ import math
 import torch
 from torch import Tensor
 
-from .api import check_bool, check_softmax_scale, type_name
+from .api import check_bool, check_dense, check_softmax_scale, type_name
 from .fp8 import QuantizedTensor, quantize_fp8
 
 __all__ = ["attention_fp8", "FP8_BACKENDS", "FP8_HEAD_DIMS", "FP8_BLOCK"]
@@ -61,6 +61,7 @@ def _check_operand(name: str, x) -> None:
                              f"quantize_fp8(..., role={name!r}) as {name}")
         if x.data.dtype != torch.float8_e4m3fn:
             raise TypeError(f"{name}.data must be float8_e4m3fn, got {_name(x.data.dtype)}")
+        check_dense(f"{name}.data", x.data)
         t = x.data
         bs = x.block_size
         if isinstance(bs, bool) or not isinstance(bs, int):
@@ -74,6 +75,7 @@ def _check_operand(name: str, x) -> None:
         if x.scales.device != t.device:
             raise ValueError(f"{name}.scales is on {x.scales.device} but {name}.data on {t.device}")
     elif isinstance(x, Tensor):
+        check_dense(name, x)
         if x.dtype not in _FLOAT_INPUTS:
             extra = (" (pass a QuantizedTensor from fusedattn.quantize_fp8, which carries the "
                      "scales, instead of raw e4m3 codes)" if "float8" in str(x.dtype) else "")

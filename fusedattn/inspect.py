@@ -482,6 +482,8 @@ def main(argv=None) -> int:
                  if len(dims) > 3 else f"--head-dim: one of {', '.join(map(str, dims))}, "
                  f"got {a.head_dim}")
     names = _variant_names(a, ap, H.VARIANTS)
+    if a.pingpong and a.no_pingpong:
+        ap.error("--pingpong and --no-pingpong contradict each other: give one")
     ov = {}
     for key, val in (("block_m", a.block_m), ("block_n", a.block_n), ("num_stages", a.stages),
                      ("consumer_regs", a.consumer_regs)):
@@ -505,6 +507,16 @@ def main(argv=None) -> int:
             d = _head_dim_for(a, name, H.VARIANTS, d)
             if d is not None:
                 jobs.append((name, d, c, dict(ov)))
+    for name, d, c, job_ov in jobs:
+        # every job's configuration is checked before any compiles: a value the kernel cannot
+        # take is a usage error, not a compiler traceback (or an abort inside LLVM)
+        try:
+            cfg = H.variant_config(name or "default", d, c, **job_ov)
+            H._check_switch_support(cfg)
+            H._v4_constexprs(cfg)
+        except (ValueError, TypeError) as e:
+            ap.error(f"{'variant ' + name + ', ' if name else ''}head_dim {d}"
+                     f"{' causal' if c else ''}: {e}")
     ok = True
     for name, d, c, job_ov in jobs:
         r = report(d, c, a.dtype, variant=name, **job_ov)

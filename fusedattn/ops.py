@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .backends import get_backend
+from .reference import lse_dtype
 
 __all__ = ["attention", "forward", "backward"]
 
@@ -32,7 +33,7 @@ def _last_dim_contiguous(x: Tensor) -> Tensor:
 
 def _empty_lse(q: Tensor) -> Tensor:
     b, sq, h, _ = q.shape
-    return q.new_empty((b, h, sq), dtype=torch.float32)
+    return q.new_empty((b, h, sq), dtype=lse_dtype(q.dtype))
 
 
 def _forward_impl(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float,
@@ -49,7 +50,8 @@ def _forward_impl(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: 
 @torch.library.custom_op("fusedattn::forward", mutates_args=())
 def forward(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float,
             backend: str, backward_backend: str) -> tuple[Tensor, Tensor]:
-    """Returns (out, lse): out like q, lse float32 (batch, heads, seqlen_q)."""
+    """Returns (out, lse): out like q, lse (batch, heads, seqlen_q), float32 (float64 for float64
+    inputs)."""
     return _forward_impl(q, k, v, causal, softmax_scale, backend)
 
 
@@ -106,45 +108,48 @@ forward.register_autograd(_backward, setup_context=_setup_context)
 class _EagerAttention(torch.autograd.Function):
     """The eager path with autograd: the custom ops' forward and backward, minus the dispatcher."""
 
+    # forward and setup_context apart (not forward(ctx, ...)), so that torch.func's transforms
+    # (grad, vjp, jacrev) can run it; the context is the custom op's
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale, backend, backward_backend):
-        out, lse = _forward_impl(q, k, v, causal, softmax_scale, backend)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.set_materialize_grads(False)  # as the custom op: an unused lse gets grad None
-        ctx.causal = causal
-        ctx.softmax_scale = softmax_scale
-        ctx.backward_backend = backward_backend
-        return out, lse
+    def forward(q, k, v, causal, softmax_scale, backend, backward_backend):
+        return _forward_impl(q, k, v, causal, softmax_scale, backend)
+
+    setup_context = staticmethod(_setup_context)
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
         # The kernels' backward is not itself differentiable. With create_graph=True (grad mode
-        # on here) their gradients come back through _SecondDerivativeRefused, so that
-        # differentiating them (a gradient penalty, say) raises instead of silently treating them
-        # as constants, as torch's own flash-attention backward does. The reference backend's
-        # backward is plain differentiable PyTorch and keeps the second derivative.
+        # on here; torch.func's transforms always differentiate so) their gradients come from
+        # _KernelGradients, so that differentiating them (a gradient penalty, say) raises instead
+        # of silently treating them as constants, as torch's own flash-attention backward does.
+        # The reference backend's backward is plain differentiable PyTorch and keeps the second
+        # derivative.
         if ctx.backward_backend == "reference" or not torch.is_grad_enabled():
             return _eager_backward(ctx, grad_out, grad_lse)
-        with torch.no_grad():
-            grads = _eager_backward(ctx, grad_out, grad_lse)
-        if grads[0] is None:
-            return grads
-        # the node hangs on everything the gradients depend on, so that any differentiation
-        # through them (backward, autograd.grad with any inputs, jvp / hvp) reaches it
-        q, k, v, _, _ = ctx.saved_tensors
-        anchors = [t for t in (q, k, v, grad_out, grad_lse) if t is not None and t.requires_grad]
-        return (*_SecondDerivativeRefused.apply(ctx.backward_backend, grads[:3], *anchors),
-                None, None, None, None)
+        if grad_out is None and grad_lse is None:
+            return None, None, None, None, None, None, None
+        q, k, v, out, lse = ctx.saved_tensors
+        grads = _KernelGradients.apply(grad_out, grad_lse, q, k, v, out, lse, ctx.causal,
+                                       ctx.softmax_scale, ctx.backward_backend)
+        return (*grads, None, None, None, None)
 
 
-class _SecondDerivativeRefused(torch.autograd.Function):
-    """Returns the kernels' gradients (passed in a tuple, so not tracked) as outputs of a node
-    whose inputs are what they depend on (the anchors); differentiating them raises."""
+class _KernelGradients(torch.autograd.Function):
+    """A kernel backend's (dq, dk, dv) as the outputs of a node whose inputs are everything they
+    depend on: differentiating them, through any of those inputs, raises. Being a Function of its
+    own also lets torch.func's transforms run the kernels: they call its forward with plain
+    tensors, which the kernels need, where the backward above sees torch.func's wrappers."""
 
     @staticmethod
-    def forward(ctx, backend, grads, *anchors):
-        ctx.backend = backend
-        return tuple(grads)
+    def forward(grad_out, grad_lse, q, k, v, out, lse, causal, softmax_scale, backend):
+        if grad_out is None:
+            grad_out = torch.zeros_like(out)
+        return _backward_impl(grad_out, q, k, v, out, lse, grad_lse, causal, softmax_scale,
+                              backend)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.backend = inputs[-1]
 
     @staticmethod
     def backward(ctx, *_):
@@ -165,11 +170,20 @@ def _eager_backward(ctx, grad_out, grad_lse):
     return dq, dk, dv, None, None, None, None
 
 
+# torch.func.vmap's tensors (functorch's BatchedTensor; torch has no public test for them)
+_is_vmapped = getattr(getattr(torch._C, "_functorch", None), "is_batchedtensor", lambda t: False)
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, softmax_scale: float, backend: str,
               backward_backend: str) -> tuple[Tensor, Tensor]:
     """(out, lse) through the custom op under torch.compile, else through the eager path."""
     if torch.compiler.is_compiling():
         return forward(q, k, v, causal, softmax_scale, backend, backward_backend)
+    if backend != "reference" and any(_is_vmapped(t) for t in (q, k, v)):
+        raise NotImplementedError(
+            f"fusedattn.attention: torch.func.vmap cannot run the {backend!r} backend's kernels "
+            "(they need plain tensors); fold the mapped dimension into batch, or pass "
+            "backend='reference', which runs under vmap")
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _EagerAttention.apply(q, k, v, causal, softmax_scale, backend, backward_backend)
     return _forward_impl(q, k, v, causal, softmax_scale, backend)

@@ -31,6 +31,7 @@ __all__ = [
     "attention_forward",
     "attention_backward",
     "causal_visible",
+    "lse_dtype",
 ]
 
 # Key-block width of the blockwise reference. Any value gives the same result up to rounding; 128
@@ -98,7 +99,8 @@ def attention_plain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     The score matrix, the softmax and both products run in q's dtype: its error against
     :func:`attention_oracle` is the yardstick of honest rounding error that kernels are judged by
     (tests, benchmarks). Materialises the scores, so it is for small problems only; differentiable
-    through autograd. Returns ``(out, lse)``: out in q's dtype, lse float32 (batch, heads, seqlen_q).
+    through autograd. Returns ``(out, lse)``: out in q's dtype, lse (batch, heads, seqlen_q) in
+    :func:`lse_dtype` (float32; float64 for float64 inputs).
     """
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
@@ -108,12 +110,18 @@ def attention_plain(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * scale
     if causal:
         s = s.masked_fill(~causal_visible(sq, sk, device=q.device), float("-inf"))
-    lse = torch.logsumexp(s.float(), dim=-1)
+    lse = torch.logsumexp(s.to(lse_dtype(s.dtype)), dim=-1)
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)  # rows that see no key: 0, not NaN
     return torch.einsum("bhqk,bkhd->bqhd", p, vv), lse
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the logsumexp returned for inputs of ``dtype``: float32, as FlashAttention's,
+    except float64 for float64 inputs (a float32 logsumexp would cap their accuracy near 1e-7)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -155,7 +163,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     """The running-softmax forward, one key block at a time (the seed's sketch, in PyTorch).
 
     Accumulates in float32 (float64 for float64 inputs). Returns ``(out, lse)``: out in q's dtype,
-    lse float32 (batch, heads, seqlen_q).
+    lse (batch, heads, seqlen_q) in :func:`lse_dtype` (float32; float64 for float64 inputs).
     """
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
@@ -177,7 +185,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     seen = l > 0
     o = o / torch.where(seen, l, 1.0)[..., None]               # the one normalisation
     lse = torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), float("-inf"))
-    return _ungrouped(o).to(q.dtype), lse.reshape(b, h, sq).to(torch.float32)
+    return _ungrouped(o).to(q.dtype), lse.reshape(b, h, sq).to(lse_dtype(q.dtype))
 
 
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -70,6 +70,41 @@ def test_bad_options_raise_clear_errors():
         fusedattn.attention(q, k, v, backend="triton")
 
 
+def test_sparse_and_nested_tensors_are_refused_by_name():
+    """Only dense (strided) tensors: a sparse or nested one is refused before any backend runs,
+    naming the argument, where it used to fail inside the computation with an error naming
+    none."""
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"k must be a dense \(strided\) tensor, got layout torch\.sparse_coo"):
+        fusedattn.attention(q, k.to_sparse(), v)
+    nt = torch.nested.nested_tensor([torch.randn(2, 3, 16), torch.randn(2, 5, 16)],
+                                    layout=torch.jagged)
+    with pytest.raises(TypeError, match=r"query must be a dense \(strided\) tensor, got a nested tensor"):
+        fusedattn.sdpa(nt, nt, nt)
+    q16 = torch.randn(1, 8, 2, 16)
+    with pytest.raises(TypeError, match=r"x must be a dense \(strided\) tensor"):
+        fusedattn.quantize_fp8(q16.to_sparse(), role="q")
+    with pytest.raises(TypeError, match=r"v must be a dense \(strided\) tensor"):
+        fusedattn.attention_fp8(q16, q16, q16.to_sparse(), backend="reference")
+
+
+def test_float64_lse_is_float64_and_its_gradient_exact():
+    """float64 inputs get a float64 logsumexp: a float32 one was accurate to ~2e-7 only, and
+    gradients that flow through it (here lse**2) were off by ~1e-7. Other dtypes keep
+    FlashAttention's float32 logsumexp (test_matches_oracle_with_lse)."""
+    q, k, v = qkv(sq=33, sk=40, requires_grad=True, dtype=torch.float64)
+    for causal in (False, True):
+        out, lse = fusedattn.attention(q, k, v, causal=causal, return_lse=True)
+        ref_out, ref_lse = attention_oracle(q, k, v, causal)
+        assert lse.dtype == torch.float64
+        torch.testing.assert_close(finite_or_zero(lse), finite_or_zero(ref_lse), rtol=0, atol=1e-13)
+        grads = torch.autograd.grad((out * out).sum() + (finite_or_zero(lse) ** 2).sum(), (q, k, v))
+        ref = torch.autograd.grad((ref_out * ref_out).sum() + (finite_or_zero(ref_lse) ** 2).sum(),
+                                  (q, k, v))
+        for g, r in zip(grads, ref):
+            torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
 def test_errors_come_before_any_computation():
     q, k, v = qkv(d=12)
     with pytest.raises(ValueError):
@@ -140,6 +175,47 @@ def test_gradients_including_through_lse():
         # float64 gradients to float64 precision: the reference backward recomputes P's row
         # statistics in float64 rather than from the float32 lse (which capped them near 1e-7)
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+def test_torch_func_grad_and_vjp():
+    """torch.func.grad and vjp run the eager path (its autograd.Function keeps forward and
+    setup_context apart, as torch.func needs): the reference backend's gradients, and its
+    gradient of a gradient, against the float64 oracle's; under the Triton interpreter the
+    kernels' gradients are the plain backward's, bit for bit, and differentiating them raises."""
+    q, k, v = qkv(b=1, sq=9, sk=7, h=2, hk=1, d=16, dtype=torch.float64)
+    loss = lambda f: (lambda q: f(q)[0].pow(2).sum())                          # noqa: E731
+    ours = lambda q: fusedattn.attention(q, k, v, causal=True, return_lse=True)   # noqa: E731
+    oracle = lambda q: attention_oracle(q, k, v, True)                         # noqa: E731
+    torch.testing.assert_close(torch.func.grad(loss(ours))(q), torch.func.grad(loss(oracle))(q),
+                               rtol=1e-10, atol=1e-10)
+    out, vjp_fn = torch.func.vjp(lambda q: ours(q)[0], q)
+    ref_out, ref_vjp = torch.func.vjp(lambda q: oracle(q)[0], q)
+    ct = torch.randn_like(out)
+    torch.testing.assert_close(vjp_fn(ct)[0], ref_vjp(ct)[0], rtol=1e-10, atol=1e-10)
+    gg = lambda f: torch.func.grad(lambda q: torch.func.grad(loss(f))(q).sum())   # noqa: E731
+    torch.testing.assert_close(gg(ours)(q), gg(oracle)(q), rtol=1e-8, atol=1e-8)
+    # sdpa too (it was refused: "must override the setup_context staticmethod")
+    x = q.transpose(1, 2)
+    torch.testing.assert_close(torch.func.grad(lambda x: fusedattn.sdpa(x, x, x).sum())(x),
+                               torch.func.grad(lambda x: F.scaled_dot_product_attention(x, x, x).sum())(x),
+                               rtol=1e-10, atol=1e-10)
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton kernel's part runs on CPU tensors under TRITON_INTERPRET=1")
+    q16, k16, v16 = (t.half() for t in (q, k, v))
+    tri = lambda q: fusedattn.attention(q, k16, v16, causal=True, backend="triton").float().pow(2).sum()  # noqa: E731
+    got = torch.func.grad(tri)(q16)
+    qg = q16.clone().requires_grad_()
+    tri(qg).backward()
+    assert torch.equal(got, qg.grad)
+    with pytest.raises(RuntimeError, match="backward is not differentiable.*backend='reference'"):
+        torch.func.grad(lambda q: torch.func.grad(tri)(q).float().sum())(q16)
+    # vmap does not reach the kernels: a clear refusal, not "Cannot access storage"
+    with pytest.raises(NotImplementedError, match="vmap cannot run the 'triton' backend"):
+        torch.func.vmap(lambda q: fusedattn.attention(q, k16, v16, backend="triton"))(
+            torch.stack([q16, q16]))
+    mapped = torch.func.vmap(lambda q: fusedattn.attention(q, k, v, backend="reference"))(
+        torch.stack([q, 2 * q]))
+    torch.testing.assert_close(mapped[1], fusedattn.attention(2 * q, k, v, backend="reference"))
 
 
 def test_second_derivatives_reference_exact_kernels_refuse():

@@ -1130,6 +1130,26 @@ def test_inspect_names_the_other_switches():
     assert finspect._other_switches(asdict(H.base_config(128))) == ""
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--head-dim", "64", "--block-m", "7"], "block_m must give each of the 3 consumer"),
+    (["--block-m", "96"], "block_m must give each of the 2 consumer"),
+    (["--stages", "0"], "num_stages must be an int from 1 to 8, got 0"),
+    (["--block-n", "0"], "block_n must be a power of two from 16 to 256"),
+    (["--block-n", "176"], "block_n must be a power of two from 16 to 256"),
+    (["--consumer-regs", "100"], "consumer_regs must be a multiple of 8 from 24 to 256"),
+    (["--pingpong", "--no-pingpong"], "--pingpong and --no-pingpong contradict"),
+    (["--variant", "lazy_ns", "--no-overlap"], "lazy_rescale: the warp-specialised rows"),
+])
+def test_inspect_refuses_bad_tuning_before_compiling(argv, message, capsys, monkeypatch):
+    """A tuning value the kernel cannot take is a usage error naming it (exit status 2), found
+    before anything compiles; it used to abort inside LLVM or end in a compiler traceback."""
+    monkeypatch.setattr(H, "compile_sm90", lambda *a, **k: pytest.fail("compiled"))
+    with pytest.raises(SystemExit) as exc:
+        finspect.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_q_release_early(reports):
     """q_release_early (session 13, device run 66): in the hdim 64 causal row each consumer
     warpgroup releases Q (q_empty) right after its last QK^T, inside the key-block loops, so the

@@ -3743,10 +3743,33 @@ def bottom_tiles_fit(cfg: FwdConfig) -> bool:
                      or cfg.early_fetch == 2 or cfg.diag_half))
 
 
+def _check_tile_shape(cfg: FwdConfig) -> None:
+    """The tile sizes, stages and register counts the kernel can be built with, refused by name
+    before compiling (a bad value otherwise ends in a compiler error, or an abort of the process
+    inside LLVM)."""
+    nc = cfg.num_consumers
+    ok_int = lambda x: isinstance(x, int) and not isinstance(x, bool)  # noqa: E731
+    if not (ok_int(cfg.block_m) and nc in (1, 2, 3) and cfg.block_m > 0 and cfg.block_m % nc == 0
+            and cfg.block_m // nc in (64, 128)):
+        raise ValueError(f"block_m must give each of the {nc} consumer warpgroup(s) 64 or 128 "
+                         f"query rows (block_m {64 * nc} or {128 * nc}), got {cfg.block_m!r}")
+    if not (ok_int(cfg.block_n) and cfg.block_n in (16, 32, 64, 128, 256)):
+        raise ValueError(f"block_n must be a power of two from 16 to 256 (a wgmma's N, a tensor "
+                         f"shape in Triton), got {cfg.block_n!r}")
+    if not (ok_int(cfg.num_stages) and 1 <= cfg.num_stages <= 8):
+        raise ValueError(f"num_stages must be an int from 1 to 8, got {cfg.num_stages!r}")
+    for name in ("consumer_regs", "producer_regs"):
+        val = getattr(cfg, name)
+        if not (ok_int(val) and 24 <= val <= 256 and val % 8 == 0):
+            raise ValueError(f"{name} must be a multiple of 8 from 24 to 256 (setmaxnreg's "
+                             f"range), got {val!r}")
+
+
 def _check_switch_support(cfg: FwdConfig) -> None:
     """o_half, o_buffer, q_prefetch and diag_stamps only where the kernel implements them
     (forward and compile_sm90, before any kernel work; scripts/hopper_tile_phases.py asks it
-    too)."""
+    too); the tile shape first (_check_tile_shape)."""
+    _check_tile_shape(cfg)
     # (first: its refusal names it even where another switch's check would also refuse)
     if cfg.lazy_rescale and not (cfg.warp_specialize and cfg.overlap and cfg.softmax_fma
                                  and cfg.num_consumers == 2
