@@ -225,8 +225,9 @@ class QuantizedTensor:
     data:       float8_e4m3fn (batch, seqlen, heads, head_dim), contiguous.
     scales:     float32 (batch, heads, num_blocks), contiguous, every scale positive (the FP8
                 kernel takes the row max of the raw scores, which a negative scale would turn
-                into the minimum; quantize_fp8 never makes one); block j covers rows
-                [j * block_size, (j + 1) * block_size) of seqlen. x ~= data * scale (in the rotated
+                into the minimum; quantize_fp8 never makes one; attention_fp8 checks the
+                dtype, not the values, which would cost a wait on the GPU per call); block j
+                covers rows [j * block_size, (j + 1) * block_size) of seqlen. x ~= data * scale (in the rotated
                 basis when ``rotated``).
     block_size: rows of seqlen per scale.
     rotated:    whether rows were multiplied by ``hadamard_rotation(head_dim, seed)`` first.
@@ -267,6 +268,8 @@ class QuantizedTensor:
         ``block_size`` must divide ``self.block_size``. The FP8 kernel uses this to run a tensor
         quantised with 256-row blocks on a tile of 128 keys (one scale per tile); no data is
         copied."""
+        if isinstance(block_size, bool) or not isinstance(block_size, int):
+            raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
         if block_size <= 0 or self.block_size % block_size:
             raise ValueError(f"block_size must divide {self.block_size}, got {block_size}")
         if block_size == self.block_size:

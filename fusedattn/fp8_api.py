@@ -62,6 +62,13 @@ def _check_operand(name: str, x) -> None:
         if x.data.dtype != torch.float8_e4m3fn:
             raise TypeError(f"{name}.data must be float8_e4m3fn, got {_name(x.data.dtype)}")
         check_dense(f"{name}.data", x.data)
+        if not isinstance(x.scales, Tensor) or x.scales.dtype != torch.float32:
+            got = _name(x.scales.dtype) if isinstance(x.scales, Tensor) else type_name(x.scales)
+            raise TypeError(f"{name}.scales must be a float32 tensor, got {got}")
+        if not isinstance(x.rotated, bool):
+            raise TypeError(f"{name}.rotated must be a bool, got {type_name(x.rotated)}")
+        if isinstance(x.seed, bool) or not isinstance(x.seed, int) or not 0 <= x.seed < 2 ** 64:
+            raise ValueError(f"{name}.seed must be an int in [0, 2**64), got {x.seed!r}")
         t = x.data
         bs = x.block_size
         if isinstance(bs, bool) or not isinstance(bs, int):
@@ -205,8 +212,9 @@ def attention_fp8(q, k, v, *, causal: bool = False, softmax_scale: float | None 
         causal: bottom-right aligned causal mask, as :func:`fusedattn.attention`.
         softmax_scale: defaults to 1 / sqrt(head_dim).
         incoherent: rotate q and k by a random-sign Hadamard matrix before quantising (spreads
-            outlier channels; cancels in Q K^T). Default (None): True for 16-bit q and k, and
-            whatever the quantised operands carry; a value that contradicts them is an error.
+            outlier channels; cancels in Q K^T). Default (None): True for q and k passed as
+            float16 / bfloat16 / float32 tensors (quantised here), and whatever the quantised
+            operands carry; a value that contradicts them is an error.
         return_lse: also return the logsumexp of each score row (float32 (batch, heads,
             seqlen_q), natural log).
         seed: the rotation's seed (default 0; must match a quantised q or k's).

@@ -134,16 +134,20 @@ def fp8_attention_forward(q: QuantizedTensor, k: QuantizedTensor, v: QuantizedTe
         if causal:
             s = s.masked_fill(~causal_visible(sq, sk, start, end, device=dev), float("-inf"))
         m_new = torch.maximum(m, s.amax(dim=-1))
-        m_ref = torch.where(torch.isfinite(m_new), m_new, 0.0)  # rows with no key yet: p = 0
+        # rows with no key yet (m_new = -inf): measured from 0, so p = 0. Only those: a row max of
+        # +inf (scores overflowed float32) must give NaN, as in fusedattn.attention and plain
+        # float32 attention, not p = e4m3's largest value for every key and an output of zeros
+        m_ref = torch.where(m_new == float("-inf"), 0.0, m_new)
         alpha = torch.exp(m - m_ref)
         p = torch.exp(s - m_ref[..., None]) * p_scale                             # [0, p_scale]
         p8 = _e4m3(p)
         l = alpha * l + (p8 if rowsum_of_fp8_p else p).sum(dim=-1)
         o = alpha[..., None] * o + torch.matmul(p8, v8[..., start:end, :]) * v_scale
         m = m_new
-    seen = l > 0
-    o = o / torch.where(seen, l, 1.0)[..., None]
-    lse = torch.where(seen, m + torch.log(torch.where(seen, l, 1.0) / p_scale), float("-inf"))
+    unseen = l == 0                  # no key seen: zeros and -inf (l is NaN, not 0, after NaN)
+    o = o / torch.where(unseen, 1.0, l)[..., None]
+    lse = torch.where(unseen, float("-inf"), m + torch.log(torch.where(unseen, 1.0, l) / p_scale))
+    lse = torch.where(m == float("inf"), float("inf"), lse)   # overflowed scores: +inf, as attention's
     out = o.permute(0, 3, 1, 2, 4).reshape(b, sq, h, d).to(out_dtype)
     return out, lse.reshape(b, h, sq)
 

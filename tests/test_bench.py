@@ -163,6 +163,13 @@ def test_cli_parses():
     with pytest.raises(SystemExit) as e:
         cli.main(["--backends", "nonsense", "--cpu"])
     assert e.value.code == 2
+    # a seed torch.manual_seed cannot take, after the bench's arithmetic on it: a usage error
+    # (it was a traceback with exit status 1, which the CPU check uses for a mismatch)
+    for bad_seed in ("18446744073709551615", "-1", "2.5"):
+        with pytest.raises(SystemExit) as e:
+            p.parse_args(["--seed", bad_seed])
+        assert e.value.code == 2
+    assert p.parse_args(["--seed", str(2 ** 32 - 1)]).seed == 2 ** 32 - 1
     with pytest.raises(SystemExit) as e:
         cli.main(["--help"])
     assert e.value.code == 0

@@ -143,10 +143,18 @@ def _bad_cases():
          "k.block_size must be a positive int, got 0"),
         ((qq, kq, dataclasses.replace(vq, block_size=128.0)), {}, TypeError,
          "v.block_size must be an int, got float"),
+        # a hand-built QuantizedTensor's other fields, named as its fields (they used to fail
+        # inside an internal quantize_fp8 call, naming its arguments, or pass unchecked)
+        ((qq, dataclasses.replace(kq, scales=kq.scales.half()), vq), {}, TypeError,
+         "k.scales must be a float32 tensor, got float16"),
+        ((dataclasses.replace(qq, rotated=1), kq, vq), {}, TypeError,
+         "q.rotated must be a bool, got int"),
+        ((qq, dataclasses.replace(kq, seed=-5), vq), {}, ValueError,
+         "k.seed must be an int in [0, 2**64), got -5"),
     ]
 
 
-N_BAD = 27   # len(_bad_cases()), kept literal so that collecting the tests quantises nothing
+N_BAD = 30   # len(_bad_cases()), kept literal so that collecting the tests quantises nothing
 
 
 @functools.lru_cache(maxsize=1)
@@ -196,6 +204,30 @@ def test_inputs_that_require_grad_are_refused_outside_no_grad():
         attention_fp8(q, k, v, backend="reference")
     with torch.no_grad():
         attention_fp8(q, k, v, backend="reference")
+
+
+def test_scores_that_overflow_give_nan_not_zeros():
+    """A softmax_scale the checks accept (at most 2.3e38) can still overflow the scores in
+    float32: then NaN (and a logsumexp of +inf), as fusedattn.attention and plain float32
+    attention give, never an output of zeros (the emulation measured a +inf row max from 0)."""
+    q, k, v = _qkv(sq=64, sk=64, h=2, hk=2, d=64)
+    out, lse = attention_fp8(q, k, v, softmax_scale=1e38, return_lse=True, backend="reference")
+    ref_out, ref_lse = fusedattn.attention(q, k, v, softmax_scale=1e38, return_lse=True,
+                                           backend="reference")
+    assert torch.isnan(out).all() and torch.isnan(ref_out).all()
+    assert torch.equal(lse, ref_lse) and (lse == float("inf")).all()
+    out, lse = attention_fp8(q, k, v, softmax_scale=1e37, return_lse=True, backend="reference")
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+
+
+def test_reblocked_checks_its_argument():
+    kq = quantize_fp8(torch.randn(1, 300, 2, 64), role="k", block_size=256)
+    for bad in (True, 64.0):
+        with pytest.raises(TypeError, match="block_size must be an int"):
+            kq.reblocked(bad)
+    with pytest.raises(ValueError, match="block_size must divide 256, got 96"):
+        kq.reblocked(96)
+    assert kq.reblocked(128).scales.shape == (1, 2, 3)
 
 
 def test_hand_built_quantized_tensor_with_wrong_scales_is_refused():

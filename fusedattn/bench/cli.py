@@ -63,6 +63,18 @@ def _number(kind, low: float, strict: bool):
     return parse
 
 
+def _seed(text: str) -> int:
+    """--seed: an integer in [0, 2**32), so that every seed derived from it (speed.py multiplies it
+    by 1_000_003 and adds the cell's numbers) is one torch.manual_seed takes."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if not 0 <= v < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {text}")
+    return v
+
+
 _POS_INT = _number(int, 0, True)
 _POS_FLOAT = _number(float, 0, True)
 _NONNEG_FLOAT = _number(float, 0, False)
@@ -110,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--round-warmup", type=_NONNEG_FLOAT, default=0.0, metavar="MS",
                    help="a shared warm-up of the shape before its rounds, every implementation in "
                         "turn, ms of wall time (default 0: each has its own, --warmup)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=_seed, default=0, help="inputs' seed, 0 to 2**32 - 1 (default 0)")
     o = p.add_argument_group("output")
     o.add_argument("--out", default=None,
                    help="output folder (default benchmarks/results/<date>-<gpu>/ under the current directory)")
@@ -176,7 +188,8 @@ def _check_out(path: str | None, parser) -> None:
 
 # the options that only the GPU sweep uses (the CPU check ignores them; it says so)
 _SWEEP_OPTIONS = ("passes", "hdims", "seqlens", "causal", "backends", "quick", "rounds",
-                  "round_warmup", "warmup", "rep", "time_budget", "compare", "resume", "no_plots")
+                  "round_warmup", "warmup", "rep", "time_budget", "compare", "compare_threshold",
+                  "resume", "no_plots", "memory_seqlens")
 
 
 def _ignored_on_cpu(args, parser) -> list[str]:
