@@ -227,8 +227,8 @@ class QuantizedTensor:
                 kernel takes the row max of the raw scores, which a negative scale would turn
                 into the minimum; quantize_fp8 never makes one; attention_fp8 checks the
                 dtype, not the values, which would cost a wait on the GPU per call); block j
-                covers rows [j * block_size, (j + 1) * block_size) of seqlen. x ~= data * scale (in the rotated
-                basis when ``rotated``).
+                covers rows [j * block_size, (j + 1) * block_size) of seqlen. x ~= data * scale
+                (in the rotated basis when ``rotated``).
     block_size: rows of seqlen per scale.
     rotated:    whether rows were multiplied by ``hadamard_rotation(head_dim, seed)`` first.
     seed:       the rotation's seed (q and k must share it).

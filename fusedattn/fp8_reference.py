@@ -147,7 +147,7 @@ def fp8_attention_forward(q: QuantizedTensor, k: QuantizedTensor, v: QuantizedTe
     unseen = l == 0                  # no key seen: zeros and -inf (l is NaN, not 0, after NaN)
     o = o / torch.where(unseen, 1.0, l)[..., None]
     lse = torch.where(unseen, float("-inf"), m + torch.log(torch.where(unseen, 1.0, l) / p_scale))
-    lse = torch.where(m == float("inf"), float("inf"), lse)   # overflowed scores: +inf, as attention's
+    lse = torch.where(m == float("inf"), float("inf"), lse)   # overflowed scores: +inf
     out = o.permute(0, 3, 1, 2, 4).reshape(b, sq, h, d).to(out_dtype)
     return out, lse.reshape(b, h, sq)
 

@@ -124,14 +124,23 @@ class _EagerAttention(torch.autograd.Function):
         # of silently treating them as constants, as torch's own flash-attention backward does.
         # The reference backend's backward is plain differentiable PyTorch and keeps the second
         # derivative.
-        if ctx.backward_backend == "reference" or not torch.is_grad_enabled():
-            return _eager_backward(ctx, grad_out, grad_lse)
         if grad_out is None and grad_lse is None:
             return None, None, None, None, None, None, None
         q, k, v, out, lse = ctx.saved_tensors
-        grads = _KernelGradients.apply(grad_out, grad_lse, q, k, v, out, lse, ctx.causal,
-                                       ctx.softmax_scale, ctx.backward_backend)
+        args = (grad_out, grad_lse, q, k, v, out, lse, ctx.causal, ctx.softmax_scale,
+                ctx.backward_backend)
+        if ctx.backward_backend == "reference" or not torch.is_grad_enabled():
+            grads = _eager_gradients(*args)
+        else:
+            grads = _KernelGradients.apply(*args)
         return (*grads, None, None, None, None)
+
+
+def _eager_gradients(grad_out, grad_lse, q, k, v, out, lse, causal, softmax_scale, backend):
+    """(dq, dk, dv) on the eager path; a gradient that reached only the lse gets dout = 0."""
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    return _backward_impl(grad_out, q, k, v, out, lse, grad_lse, causal, softmax_scale, backend)
 
 
 class _KernelGradients(torch.autograd.Function):
@@ -140,12 +149,7 @@ class _KernelGradients(torch.autograd.Function):
     own also lets torch.func's transforms run the kernels: they call its forward with plain
     tensors, which the kernels need, where the backward above sees torch.func's wrappers."""
 
-    @staticmethod
-    def forward(grad_out, grad_lse, q, k, v, out, lse, causal, softmax_scale, backend):
-        if grad_out is None:
-            grad_out = torch.zeros_like(out)
-        return _backward_impl(grad_out, q, k, v, out, lse, grad_lse, causal, softmax_scale,
-                              backend)
+    forward = staticmethod(_eager_gradients)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -157,17 +161,6 @@ class _KernelGradients(torch.autograd.Function):
             f"fusedattn.attention: the {ctx.backend!r} backend's backward is not differentiable, "
             "so its gradients cannot be differentiated again (create_graph=True); "
             "backend='reference' gives second derivatives")
-
-
-def _eager_backward(ctx, grad_out, grad_lse):
-    if grad_out is None and grad_lse is None:
-        return None, None, None, None, None, None, None
-    q, k, v, out, lse = ctx.saved_tensors
-    if grad_out is None:
-        grad_out = torch.zeros_like(out)
-    dq, dk, dv = _backward_impl(grad_out, q, k, v, out, lse, grad_lse, ctx.causal,
-                                ctx.softmax_scale, ctx.backward_backend)
-    return dq, dk, dv, None, None, None, None
 
 
 # torch.func.vmap's tensors (functorch's BatchedTensor; torch has no public test for them)

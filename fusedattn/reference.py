@@ -121,8 +121,9 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def lse_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype of the logsumexp returned for inputs of ``dtype``: float32, as FlashAttention's,
-    except float64 for float64 inputs (a float32 logsumexp would cap their accuracy near 1e-7)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    except float64 for float64 inputs (a float32 logsumexp would cap their accuracy near 1e-7):
+    the accumulation dtype."""
+    return _acc_dtype(dtype)
 
 
 def _score_block(qg, kg, start: int, end: int, scale: float, causal: bool, sq: int, sk: int, acc):
