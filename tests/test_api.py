@@ -218,6 +218,33 @@ def test_torch_func_grad_and_vjp():
     torch.testing.assert_close(mapped[1], fusedattn.attention(2 * q, k, v, backend="reference"))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["triton", "hopper"])
+def test_torch_func_with_kernel_backends_on_the_gpu(backend):
+    """On the GPU (the CPU test above reaches the Triton kernels only in the interpreter):
+    torch.func.grad and vjp through a kernel backend give the plain backward's gradients bit for
+    bit, differentiating them raises, and vmap is refused by name."""
+    if backend == "hopper" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs a Hopper GPU (sm_90)")
+    q, k, v = (t.cuda().half() for t in qkv(b=2, sq=77, sk=130, h=4, hk=2, d=64))
+    attn = lambda q: fusedattn.attention(q, k, v, causal=True, backend=backend)   # noqa: E731
+    loss = lambda q: attn(q).float().pow(2).sum()                                  # noqa: E731
+    got = torch.func.grad(loss)(q)
+    qg = q.clone().requires_grad_()
+    loss(qg).backward()
+    assert torch.isfinite(got).all() and got.abs().sum() > 0
+    assert torch.equal(got, qg.grad)
+    out, vjp_fn = torch.func.vjp(attn, q)
+    ct = torch.randn_like(out)
+    qg.grad = None
+    attn(qg).backward(ct)
+    assert torch.equal(out, attn(q)) and torch.equal(vjp_fn(ct)[0], qg.grad)
+    with pytest.raises(RuntimeError, match="backward is not differentiable.*backend='reference'"):
+        torch.func.grad(lambda q: torch.func.grad(loss)(q).float().sum())(q)
+    with pytest.raises(NotImplementedError, match=f"vmap cannot run the '{backend}' backend"):
+        torch.func.vmap(attn)(torch.stack([q, q]))
+
+
 def test_second_derivatives_reference_exact_kernels_refuse():
     """create_graph=True: the reference backend's gradients are differentiable (against the
     float64 oracle's second derivative); the Triton kernel's (interpreter) raise when
