@@ -201,18 +201,7 @@ def test_torch_func_grad_and_vjp():
                                rtol=1e-10, atol=1e-10)
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("the Triton kernel's part runs on CPU tensors under TRITON_INTERPRET=1")
-    q16, k16, v16 = (t.half() for t in (q, k, v))
-    tri = lambda q: fusedattn.attention(q, k16, v16, causal=True, backend="triton").float().pow(2).sum()  # noqa: E731
-    got = torch.func.grad(tri)(q16)
-    qg = q16.clone().requires_grad_()
-    tri(qg).backward()
-    assert torch.equal(got, qg.grad)
-    with pytest.raises(RuntimeError, match="backward is not differentiable.*backend='reference'"):
-        torch.func.grad(lambda q: torch.func.grad(tri)(q).float().sum())(q16)
-    # vmap does not reach the kernels: a clear refusal, not "Cannot access storage"
-    with pytest.raises(NotImplementedError, match="vmap cannot run the 'triton' backend"):
-        torch.func.vmap(lambda q: fusedattn.attention(q, k16, v16, backend="triton"))(
-            torch.stack([q16, q16]))
+    _check_torch_func_through_kernels(*(t.half() for t in (q, k, v)), "triton")
     mapped = torch.func.vmap(lambda q: fusedattn.attention(q, k, v, backend="reference"))(
         torch.stack([q, 2 * q]))
     torch.testing.assert_close(mapped[1], fusedattn.attention(2 * q, k, v, backend="reference"))
@@ -226,7 +215,14 @@ def test_torch_func_with_kernel_backends_on_the_gpu(backend):
     bit, differentiating them raises, and vmap is refused by name."""
     if backend == "hopper" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs a Hopper GPU (sm_90)")
-    q, k, v = (t.cuda().half() for t in qkv(b=2, sq=77, sk=130, h=4, hk=2, d=64))
+    _check_torch_func_through_kernels(
+        *(t.cuda().half() for t in qkv(b=2, sq=77, sk=130, h=4, hk=2, d=64)), backend)
+
+
+def _check_torch_func_through_kernels(q, k, v, backend):
+    """torch.func.grad and vjp through a kernel backend give the plain backward's gradients bit
+    for bit; differentiating them raises; vmap does not reach the kernels: a clear refusal, not
+    "Cannot access storage"."""
     attn = lambda q: fusedattn.attention(q, k, v, causal=True, backend=backend)   # noqa: E731
     loss = lambda q: attn(q).float().pow(2).sum()                                  # noqa: E731
     got = torch.func.grad(loss)(q)
